@@ -47,11 +47,13 @@
 
 mod chat_template;
 mod device;
+pub mod engine;
 mod error;
 pub mod hf;
 pub mod models;
 mod scoring;
 mod tokenizer;
+pub mod train;
 
 pub use chat_template::ChatTemplate;
 pub use device::device;

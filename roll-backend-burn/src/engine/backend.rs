@@ -1,0 +1,74 @@
+//! The contract between the inference engine and a model implementation that decodes with a
+//! key/value cache.
+//!
+//! The engine owns scheduling (which sequences run this step, how many tokens each appends);
+//! a [`DecodeBackend`] owns the arithmetic and the cache layout. Two implement it:
+//! [`CpuDecoder`](super::cpu::CpuDecoder), hand-scheduled f32 kernels over a paged cache for dense
+//! Qwen models on the CPU, and [`BurnDecoder`](super::burn_decoder::BurnDecoder), plain Burn
+//! tensors that run on any device and any architecture.
+//!
+//! Weights and cache are separate values on purpose: after a weight sync, sequences that started
+//! on the old weights can finish on them while new sequences use the new ones, all in one cache.
+
+use crate::Result;
+
+/// Identifies one sequence's entries in a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u64);
+
+/// Tokens one sequence appends in one forward call.
+#[derive(Debug, Clone, Copy)]
+pub struct StepInput<'a> {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Tokens to append, at positions `start .. start + tokens.len()`. Never empty.
+    pub tokens: &'a [u32],
+    /// How many tokens of this sequence the cache already holds (0 for a new sequence).
+    pub start: usize,
+}
+
+/// Size of a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Sequences that can be cached at once.
+    pub max_seqs: usize,
+    /// Tokens (summed over sequences) that can be cached at once. The engine never asks for more:
+    /// it reserves `prompt + max_new_tokens` per sequence before admitting it.
+    pub max_cached_tokens: usize,
+}
+
+/// A model's weights in a layout ready for cached decoding.
+///
+/// Implementations must be **batch-invariant**: the logits of a sequence do not depend on which
+/// other sequences share the call, bit for bit. That is what makes a seeded request reproducible
+/// whatever else the engine is serving.
+pub trait DecodeBackend: Send + Sync + 'static {
+    /// This backend's key/value storage.
+    type Cache: Send + 'static;
+
+    /// Vocabulary size (each logits row has this many entries).
+    fn vocab_size(&self) -> usize;
+
+    /// An empty cache of the given size, shaped for this model's architecture.
+    ///
+    /// # Errors
+    /// If the cache cannot be allocated.
+    fn new_cache(&self, config: &CacheConfig) -> Result<Self::Cache>;
+
+    /// Whether `cache` was made for a model of this architecture (layers, heads, widths), so that
+    /// new weights can continue sequences cached by old ones.
+    fn fits(&self, cache: &Self::Cache) -> bool;
+
+    /// Runs every input through the model, appending its tokens to its sequence's cache, and
+    /// returns the next-token logits after each input's **last** token, row-major
+    /// `[inputs.len(), vocab]`. Inputs may mix prefills (many tokens) and decodes (one token).
+    ///
+    /// # Errors
+    /// [`BackendError::TokenOutOfVocab`](crate::BackendError::TokenOutOfVocab) for a bad id,
+    /// [`BackendError::InvalidInput`](crate::BackendError::InvalidInput) if `start` disagrees with
+    /// the cache, a sequence appears twice, or the cache is full.
+    fn forward(&self, cache: &mut Self::Cache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>>;
+
+    /// Frees a sequence's cache entries (unknown ids are ignored).
+    fn release(&self, cache: &mut Self::Cache, seq: SeqId);
+}
