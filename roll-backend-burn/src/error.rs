@@ -108,6 +108,40 @@ pub enum BackendError {
     /// An input that cannot be processed (e.g. an empty sequence).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+
+    /// A trainer setting is out of range or inconsistent with another one.
+    #[error("invalid trainer config `{key}`: {message}")]
+    InvalidTrainConfig {
+        /// Dotted key of the setting (e.g. `lora.rank`, `schedule.min_lr_ratio`).
+        key: String,
+        /// What is wrong and what would be accepted.
+        message: String,
+    },
+
+    /// A trainer checkpoint cannot be written or read back.
+    #[error("checkpoint `{}`: {message}", path.display())]
+    Checkpoint {
+        /// The checkpoint directory or the file in it.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// A train step failed (the objective rejected its inputs, a tensor could not be read, ...).
+    #[error("train step: {0}")]
+    Train(String),
+
+    /// The inference engine failed a request or is no longer running.
+    #[error("inference engine: {0}")]
+    Engine(String),
+
+    /// A decoder was asked to run a model it does not implement (e.g. the CPU decoder and a
+    /// mixture-of-experts model).
+    #[error("not supported by this decoder: {what}")]
+    UnsupportedByDecoder {
+        /// What is unsupported.
+        what: String,
+    },
 }
 
 impl BackendError {

@@ -1,0 +1,71 @@
+//! Engine settings.
+
+use crate::{BackendError, Result};
+use serde::{Deserialize, Serialize};
+
+/// What happens to requests in flight when new weights arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlightPolicy {
+    /// They finish on the weights they started with (their generation carries the old version);
+    /// only requests admitted after the sync use the new weights.
+    #[default]
+    Finish,
+    /// They are restarted from their prompt on the new weights; tokens generated so far are
+    /// discarded and a seeded request replays its random stream from the start, so the result is
+    /// exactly what the new weights would have produced.
+    Requeue,
+}
+
+/// Capacity and scheduling settings of an [`Engine`](super::Engine).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Sequences decoded at once; more requests wait in a queue.
+    pub max_seqs: usize,
+    /// Tokens of key/value cache, summed over sequences. A request reserves
+    /// `prompt + max_new_tokens` of it when admitted, so admitted requests never run out.
+    pub max_cached_tokens: usize,
+    /// Tokens fed to the model in one forward call (decode tokens first, then prompt chunks).
+    pub max_batch_tokens: usize,
+    /// Token ids that end every request (the model's EOS), besides each request's own stop ids.
+    pub eos_token_ids: Vec<u32>,
+    /// Seed of the streams of requests that carry no seed of their own.
+    pub seed: u64,
+    /// What a weight sync does to requests in flight.
+    pub on_weight_sync: InFlightPolicy,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_seqs: 64,
+            max_cached_tokens: 64 * 1024,
+            max_batch_tokens: 2048,
+            eos_token_ids: Vec::new(),
+            seed: 0,
+            on_weight_sync: InFlightPolicy::Finish,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks that every capacity is positive.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] naming the offending key.
+    pub fn validate(&self) -> Result<()> {
+        for (key, value) in [
+            ("max_seqs", self.max_seqs),
+            ("max_cached_tokens", self.max_cached_tokens),
+            ("max_batch_tokens", self.max_batch_tokens),
+        ] {
+            if value == 0 {
+                return Err(BackendError::InvalidInput(format!(
+                    "engine config `{key}` must be at least 1"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

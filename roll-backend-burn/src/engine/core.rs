@@ -1,0 +1,450 @@
+//! The engine thread: admission, continuous batching, sampling, finishing.
+//!
+//! Each iteration (a *step*) the loop
+//! 1. takes new commands (requests, weight syncs) without blocking, or blocks when idle;
+//! 2. finishes aborted requests (queued or running) with the tokens they have;
+//! 3. admits queued requests in arrival order while a sequence slot and their cache reservation
+//!    (`prompt + max_new_tokens`) are free;
+//! 4. builds one batch under the token budget — one token for every decoding sequence, then
+//!    prompt chunks — and runs it, one forward per weight version in use;
+//! 5. samples a token for every sequence whose pending tokens are all fed, streams it, and
+//!    retires sequences that hit a stop token, a stop string or their length limit.
+//!
+//! Requests therefore join and leave the running batch one by one, between any two steps.
+
+use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
+use super::config::{EngineConfig, InFlightPolicy};
+use super::request::GenerationEvent;
+use super::sampler::{SampledToken, SplitMix64, TokenSampler};
+use crate::{BackendError, Result};
+use roll_core::policy::{Generation, GenerationRequest};
+use roll_core::{FinishReason, Tokenizer, WeightVersion};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
+
+/// A message to the engine thread.
+pub(super) enum Command<B> {
+    /// A new request.
+    Submit(Box<Submission>),
+    /// New weights; the reply carries the new version.
+    Sync {
+        weights: Arc<B>,
+        reply: oneshot::Sender<Result<WeightVersion>>,
+    },
+}
+
+/// A request as the engine thread receives it.
+pub(super) struct Submission {
+    pub request: GenerationRequest,
+    pub events: UnboundedSender<GenerationEvent>,
+    pub cancelled: Arc<AtomicBool>,
+    pub arrival: u64,
+}
+
+/// Counters the engine publishes.
+#[derive(Debug, Default)]
+pub(super) struct SharedStats {
+    pub version: AtomicU64,
+    pub steps: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub prefill_tokens: AtomicU64,
+    pub running: AtomicU64,
+    pub queued: AtomicU64,
+}
+
+struct Sequence<B> {
+    id: SeqId,
+    sub: Submission,
+    seed: u64,
+    sampler: TokenSampler,
+    weights: Arc<B>,
+    version: WeightVersion,
+    /// Prompt followed by generated tokens.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    logprobs: Vec<f32>,
+    /// Tokens of `tokens` already in the cache.
+    cached: usize,
+    /// Cache tokens reserved for this sequence.
+    reserved: usize,
+}
+
+impl<B> Sequence<B> {
+    fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+    fn is_aborted(&self) -> bool {
+        aborted(&self.sub)
+    }
+}
+
+fn aborted(sub: &Submission) -> bool {
+    sub.cancelled.load(Ordering::Acquire)
+        || sub.request.abort.is_aborted()
+        || sub.events.is_closed()
+}
+
+/// Sequences that share weights, and how many tokens each feeds this step.
+struct Group<B> {
+    weights: Arc<B>,
+    members: Vec<(usize, usize)>,
+}
+
+/// How a sequence leaves the running batch.
+enum Outcome {
+    /// Finished, with its text when a stop string cut it.
+    Done(FinishReason, Option<String>),
+    /// Failed with this message.
+    Failed(String),
+}
+
+pub(super) struct EngineLoop<B: DecodeBackend> {
+    config: EngineConfig,
+    tokenizer: Option<Arc<dyn Tokenizer>>,
+    weights: Arc<B>,
+    version: WeightVersion,
+    cache: B::Cache,
+    queue: VecDeque<Submission>,
+    running: Vec<Sequence<B>>,
+    reserved: usize,
+    next_seq: u64,
+    stats: Arc<SharedStats>,
+}
+
+impl<B: DecodeBackend> EngineLoop<B> {
+    pub(super) fn new(
+        weights: B,
+        config: EngineConfig,
+        tokenizer: Option<Arc<dyn Tokenizer>>,
+        stats: Arc<SharedStats>,
+    ) -> Result<Self> {
+        let cache = weights.new_cache(&CacheConfig {
+            max_seqs: config.max_seqs,
+            max_cached_tokens: config.max_cached_tokens,
+        })?;
+        Ok(Self {
+            config,
+            tokenizer,
+            weights: Arc::new(weights),
+            version: WeightVersion::default(),
+            cache,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            reserved: 0,
+            next_seq: 0,
+            stats,
+        })
+    }
+
+    /// Serves until every sender of `commands` is gone and no work is left.
+    pub(super) fn run(mut self, commands: Receiver<Command<B>>) {
+        let mut open = true;
+        loop {
+            open &= self.take_commands(&commands);
+            if !open && self.queue.is_empty() && self.running.is_empty() {
+                return;
+            }
+            self.retire_aborted();
+            self.admit();
+            if self.running.is_empty() {
+                continue;
+            }
+            self.step();
+            self.publish();
+        }
+    }
+
+    /// Drains pending commands; blocks briefly when there is nothing to do. Returns whether the
+    /// channel is still open.
+    fn take_commands(&mut self, commands: &Receiver<Command<B>>) -> bool {
+        if self.running.is_empty() {
+            // Idle (or only blocked queue heads, which an abort may unblock): wait, but wake up
+            // now and then to look at abort flags.
+            match commands.recv_timeout(Duration::from_millis(20)) {
+                Ok(cmd) => self.handle(cmd),
+                Err(RecvTimeoutError::Timeout) => return true,
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        loop {
+            match commands.try_recv() {
+                Ok(cmd) => self.handle(cmd),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command<B>) {
+        match cmd {
+            Command::Submit(sub) => self.queue.push_back(*sub),
+            Command::Sync { weights, reply } => {
+                let result = self.sync(weights);
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    fn sync(&mut self, weights: Arc<B>) -> Result<WeightVersion> {
+        if !weights.fits(&self.cache) {
+            return Err(BackendError::Engine(
+                "new weights have another architecture than the running model".into(),
+            ));
+        }
+        self.weights = weights;
+        self.version = self.version.next();
+        self.stats.version.store(self.version.0, Ordering::Release);
+        if self.config.on_weight_sync == InFlightPolicy::Requeue {
+            for seq in &mut self.running {
+                self.weights.release(&mut self.cache, seq.id);
+                seq.tokens.truncate(seq.prompt_len);
+                seq.logprobs.clear();
+                seq.cached = 0;
+                seq.weights = self.weights.clone();
+                seq.version = self.version;
+                // Same parameters and seed were accepted before; cannot fail.
+                if let Ok(sampler) = TokenSampler::new(&seq.sub.request.params, seq.seed) {
+                    seq.sampler = sampler;
+                }
+                let _ = seq.sub.events.send(GenerationEvent::Restarted);
+            }
+        }
+        Ok(self.version)
+    }
+
+    fn retire_aborted(&mut self) {
+        self.queue.retain(|sub| {
+            if aborted(sub) {
+                let _ = sub.events.send(GenerationEvent::Finished(Generation {
+                    token_ids: Vec::new(),
+                    logprobs: Vec::new(),
+                    text: String::new(),
+                    finish_reason: FinishReason::Abort,
+                    weight_version: WeightVersion::default(),
+                }));
+                false
+            } else {
+                true
+            }
+        });
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].is_aborted() {
+                let seq = self.running.swap_remove(i);
+                self.finish(seq, FinishReason::Abort, None);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Admits queued requests in order while they fit.
+    fn admit(&mut self) {
+        while self.running.len() < self.config.max_seqs {
+            let Some(sub) = self.queue.front() else {
+                return;
+            };
+            let need = sub.request.prompt_ids.len() + sub.request.params.max_new_tokens as usize;
+            if self.reserved + need > self.config.max_cached_tokens {
+                return;
+            }
+            let Some(sub) = self.queue.pop_front() else {
+                return;
+            };
+            let seed = sub
+                .request
+                .params
+                .seed
+                .unwrap_or_else(|| SplitMix64::new(self.config.seed ^ sub.arrival).next_u64());
+            let sampler = match TokenSampler::new(&sub.request.params, seed) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = sub.events.send(GenerationEvent::Failed(e.to_string()));
+                    continue;
+                }
+            };
+            self.reserved += need;
+            self.next_seq += 1;
+            let tokens = sub.request.prompt_ids.clone();
+            self.running.push(Sequence {
+                id: SeqId(self.next_seq),
+                prompt_len: tokens.len(),
+                tokens,
+                logprobs: Vec::new(),
+                cached: 0,
+                reserved: need,
+                seed,
+                sampler,
+                weights: self.weights.clone(),
+                version: self.version,
+                sub,
+            });
+        }
+    }
+
+    /// One batched forward (per weight version) and one sampling round.
+    fn step(&mut self) {
+        // Decode tokens first (one each, oldest first), then prompt chunks.
+        let mut budget = self.config.max_batch_tokens;
+        let mut plan: Vec<(usize, usize)> = Vec::new(); // (running index, tokens fed)
+        for (i, seq) in self.running.iter().enumerate() {
+            if seq.tokens.len() - seq.cached == 1 && budget > 0 {
+                plan.push((i, 1));
+                budget -= 1;
+            }
+        }
+        for (i, seq) in self.running.iter().enumerate() {
+            let pending = seq.tokens.len() - seq.cached;
+            if pending > 1 && budget > 0 {
+                let n = pending.min(budget);
+                plan.push((i, n));
+                budget -= n;
+            }
+        }
+        let mut prefill = 0u64;
+        let mut sampled: Vec<(usize, Result<SampledToken>)> = Vec::new();
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        // Group by weights (pointer identity); usually there is one group.
+        let mut groups: Vec<Group<B>> = Vec::new();
+        for &(i, n) in &plan {
+            let w = &self.running[i].weights;
+            match groups.iter_mut().find(|g| Arc::ptr_eq(&g.weights, w)) {
+                Some(g) => g.members.push((i, n)),
+                None => groups.push(Group {
+                    weights: w.clone(),
+                    members: vec![(i, n)],
+                }),
+            }
+        }
+        for Group { weights, members } in groups {
+            let inputs: Vec<StepInput<'_>> = members
+                .iter()
+                .map(|&(i, n)| {
+                    let seq = &self.running[i];
+                    StepInput {
+                        seq: seq.id,
+                        tokens: &seq.tokens[seq.cached..seq.cached + n],
+                        start: seq.cached,
+                    }
+                })
+                .collect();
+            let vocab = weights.vocab_size();
+            match weights.forward(&mut self.cache, &inputs) {
+                Ok(logits) => {
+                    for (row, &(i, n)) in members.iter().enumerate() {
+                        let seq = &mut self.running[i];
+                        seq.cached += n;
+                        if n > 1 || seq.cached == seq.prompt_len {
+                            prefill += n as u64;
+                        }
+                        if seq.cached == seq.tokens.len() {
+                            let row = &logits[row * vocab..(row + 1) * vocab];
+                            sampled.push((i, seq.sampler.sample(row)));
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The whole call failed: its sequences fail, the engine goes on.
+                    failed.extend(members.iter().map(|&(i, _)| (i, e.to_string())));
+                }
+            }
+        }
+        self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .prefill_tokens
+            .fetch_add(prefill, Ordering::Relaxed);
+
+        let mut outcomes: Vec<(usize, Outcome)> = failed
+            .into_iter()
+            .map(|(i, e)| (i, Outcome::Failed(e)))
+            .collect();
+        for (i, token) in sampled {
+            let seq = &mut self.running[i];
+            let token = match token {
+                Ok(t) => t,
+                Err(e) => {
+                    outcomes.push((i, Outcome::Failed(e.to_string())));
+                    continue;
+                }
+            };
+            seq.tokens.push(token.id);
+            seq.logprobs.push(token.logprob);
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+            let _ = seq.sub.events.send(GenerationEvent::Token(token));
+            if let Some((reason, text)) = self.finish_reason(i, token.id) {
+                outcomes.push((i, Outcome::Done(reason, text)));
+            }
+        }
+        // Remove from the highest index down so indices stay valid.
+        outcomes.sort_by_key(|o| std::cmp::Reverse(o.0));
+        outcomes.dedup_by_key(|o| o.0);
+        for (i, outcome) in outcomes {
+            let seq = self.running.swap_remove(i);
+            match outcome {
+                Outcome::Done(reason, text) => self.finish(seq, reason, text),
+                Outcome::Failed(message) => {
+                    self.weights.release(&mut self.cache, seq.id);
+                    self.reserved -= seq.reserved;
+                    let _ = seq.sub.events.send(GenerationEvent::Failed(message));
+                }
+            }
+        }
+    }
+
+    /// Why sequence `i` ends after sampling `token`, with its final text when a stop string cut it.
+    fn finish_reason(&self, i: usize, token: u32) -> Option<(FinishReason, Option<String>)> {
+        let seq = &self.running[i];
+        let params = &seq.sub.request.params;
+        if params.stop_token_ids.contains(&token) || self.config.eos_token_ids.contains(&token) {
+            return Some((FinishReason::Stop, None));
+        }
+        if !params.stop.is_empty()
+            && let Some(tok) = &self.tokenizer
+            && let Ok(text) = tok.decode(seq.generated())
+            && let Some(cut) = params
+                .stop
+                .iter()
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| text.find(s.as_str()))
+                .min()
+        {
+            return Some((FinishReason::Stop, Some(text[..cut].to_string())));
+        }
+        if seq.generated().len() >= params.max_new_tokens as usize {
+            return Some((FinishReason::Length, None));
+        }
+        None
+    }
+
+    fn finish(&mut self, seq: Sequence<B>, reason: FinishReason, text: Option<String>) {
+        seq.weights.release(&mut self.cache, seq.id);
+        self.reserved -= seq.reserved;
+        let text = match (text, &self.tokenizer) {
+            (Some(t), _) => t,
+            (None, Some(tok)) => tok.decode(seq.generated()).unwrap_or_default(),
+            (None, None) => String::new(),
+        };
+        let generation = Generation {
+            token_ids: seq.generated().to_vec(),
+            logprobs: seq.logprobs,
+            text,
+            finish_reason: reason,
+            weight_version: seq.version,
+        };
+        let _ = seq.sub.events.send(GenerationEvent::Finished(generation));
+    }
+
+    fn publish(&self) {
+        self.stats
+            .running
+            .store(self.running.len() as u64, Ordering::Relaxed);
+        self.stats
+            .queued
+            .store(self.queue.len() as u64, Ordering::Relaxed);
+    }
+}

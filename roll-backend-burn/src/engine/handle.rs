@@ -1,0 +1,281 @@
+//! [`Engine`]: the thread-safe front of the engine thread.
+
+use super::backend::DecodeBackend;
+use super::burn_decoder::BurnDecoder;
+use burn::tensor::Device;
+use super::config::EngineConfig;
+use super::core::{Command, EngineLoop, SharedStats, Submission};
+use super::request::RequestHandle;
+use crate::{BackendError, CausalLm, Result};
+use roll_core::policy::GenerationRequest;
+use roll_core::{Tokenizer, WeightVersion};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::oneshot;
+
+/// Sends a request to the engine thread.
+type SubmitFn = dyn Fn(Submission) -> Result<()> + Send + Sync;
+/// Converts a model into the engine's weights (on the caller's thread) and sends them over.
+type SyncFn = dyn Fn(&CausalLm) -> Result<oneshot::Receiver<Result<WeightVersion>>> + Send + Sync;
+
+/// A continuous-batching inference engine running on its own thread.
+///
+/// [`Engine::submit`] never blocks: it queues the request and returns a [`RequestHandle`] to await,
+/// stream or abort it. The engine thread owns the model's cache and decodes every admitted request
+/// in one batch per step (see the [module docs](super)). Dropping the engine lets queued and running
+/// requests finish, then stops the thread.
+pub struct Engine {
+    // `Option` so that `Drop` can close the channel before joining the thread.
+    submit: Option<Box<SubmitFn>>,
+    sync: Option<Box<SyncFn>>,
+    stats: Arc<SharedStats>,
+    arrivals: AtomicU64,
+    vocab_size: usize,
+    max_request_tokens: usize,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("vocab_size", &self.vocab_size)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Which [`DecodeBackend`] an engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderKind {
+    /// [`BurnDecoder`]: any device, any architecture, recomputes each sequence every step.
+    Burn,
+}
+
+impl DecoderKind {
+    /// The fastest decoder that covers `model` on `device`.
+    pub fn auto(_model: &CausalLm, _device: &Device) -> Self {
+        Self::Burn
+    }
+}
+
+/// A snapshot of the engine's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineStats {
+    /// Version of the weights new requests use.
+    pub weight_version: WeightVersion,
+    /// Forward steps run so far.
+    pub steps: u64,
+    /// Tokens sampled so far.
+    pub generated_tokens: u64,
+    /// Prompt tokens fed so far.
+    pub prefill_tokens: u64,
+    /// Requests being decoded after the last step.
+    pub running: u64,
+    /// Requests waiting for a slot after the last step.
+    pub queued: u64,
+}
+
+impl Engine {
+    /// Starts the engine thread on `weights`; `prepare` converts a model into this backend's
+    /// weights at every [`Engine::sync_weights`].
+    ///
+    /// # Errors
+    /// An invalid `config`, or a cache that cannot be allocated.
+    pub fn start<B, F>(
+        weights: B,
+        prepare: F,
+        config: EngineConfig,
+        tokenizer: Option<Arc<dyn Tokenizer>>,
+    ) -> Result<Self>
+    where
+        B: DecodeBackend,
+        F: Fn(&CausalLm) -> Result<B> + Send + Sync + 'static,
+    {
+        config.validate()?;
+        let vocab_size = weights.vocab_size();
+        let max_request_tokens = config.max_cached_tokens;
+        let stats = Arc::new(SharedStats::default());
+        let engine_loop = EngineLoop::new(weights, config, tokenizer, stats.clone())?;
+        let (tx, rx) = mpsc::channel::<Command<B>>();
+        let thread = std::thread::Builder::new()
+            .name("roll-engine".into())
+            .spawn(move || engine_loop.run(rx))
+            .map_err(|e| BackendError::Engine(format!("cannot start the engine thread: {e}")))?;
+        let closed = || BackendError::Engine("the engine thread has stopped".into());
+        let submit_tx = tx.clone();
+        let submit = move |sub: Submission| {
+            submit_tx
+                .send(Command::Submit(Box::new(sub)))
+                .map_err(|_| closed())
+        };
+        let sync = move |model: &CausalLm| {
+            let weights = Arc::new(prepare(model)?);
+            let (reply, answer) = oneshot::channel();
+            tx.send(Command::Sync { weights, reply })
+                .map_err(|_| closed())?;
+            Ok(answer)
+        };
+        Ok(Self {
+            submit: Some(Box::new(submit)),
+            sync: Some(Box::new(sync)),
+            stats,
+            arrivals: AtomicU64::new(0),
+            vocab_size,
+            max_request_tokens,
+            thread: Some(thread),
+        })
+    }
+
+    /// Starts an engine on the best decoder for `model` on `device` (see [`DecoderKind::auto`]).
+    ///
+    /// # Errors
+    /// As [`Engine::start`].
+    pub fn for_model(
+        model: &CausalLm,
+        device: &Device,
+        config: EngineConfig,
+        tokenizer: Option<Arc<dyn Tokenizer>>,
+    ) -> Result<Self> {
+        Self::with_decoder(DecoderKind::auto(model, device), model, device, config, tokenizer)
+    }
+
+    /// Starts an engine on a chosen decoder.
+    ///
+    /// # Errors
+    /// As [`Engine::start`]; [`DecoderKind::Cpu`] also fails for models it does not cover.
+    pub fn with_decoder(
+        kind: DecoderKind,
+        model: &CausalLm,
+        device: &Device,
+        config: EngineConfig,
+        tokenizer: Option<Arc<dyn Tokenizer>>,
+    ) -> Result<Self> {
+        match kind {
+            DecoderKind::Burn => {
+                let device = device.clone();
+                let weights = BurnDecoder::from_model(model, &device)?;
+                Self::start(
+                    weights,
+                    move |m| BurnDecoder::from_model(m, &device),
+                    config,
+                    tokenizer,
+                )
+            }
+        }
+    }
+
+    /// Queues a request.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for an empty prompt, an id outside the vocabulary, or a
+    /// request larger than the whole cache; [`BackendError::Engine`] if the engine has stopped.
+    pub fn submit(&self, request: GenerationRequest) -> Result<RequestHandle> {
+        if request.prompt_ids.is_empty() {
+            return Err(BackendError::InvalidInput("empty prompt".into()));
+        }
+        if let Some(&id) = request
+            .prompt_ids
+            .iter()
+            .find(|&&id| id as usize >= self.vocab_size)
+        {
+            return Err(BackendError::TokenOutOfVocab {
+                id,
+                vocab_size: self.vocab_size,
+            });
+        }
+        let need = request.prompt_ids.len() + request.params.max_new_tokens as usize;
+        if need > self.max_request_tokens {
+            return Err(BackendError::InvalidInput(format!(
+                "request needs {need} cache tokens (prompt {} + max_new_tokens {}) but the engine \
+                 holds {} (raise max_cached_tokens)",
+                request.prompt_ids.len(),
+                request.params.max_new_tokens,
+                self.max_request_tokens
+            )));
+        }
+        if request.params.max_new_tokens == 0 {
+            return Err(BackendError::InvalidInput(
+                "max_new_tokens must be at least 1".into(),
+            ));
+        }
+        let (events_tx, events) = unbounded_channel();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let submit = self.submit.as_ref().ok_or_else(|| {
+            BackendError::Engine("the engine is shutting down".into())
+        })?;
+        submit(Submission {
+            request,
+            events: events_tx,
+            cancelled: cancelled.clone(),
+            arrival: self.arrivals.fetch_add(1, Ordering::Relaxed),
+        })?;
+        Ok(RequestHandle { events, cancelled })
+    }
+
+    /// Publishes new weights: requests admitted from now on use them, requests in flight finish
+    /// on their old weights or restart, per [`EngineConfig::on_weight_sync`]. Returns the new
+    /// weight version once the engine has switched.
+    ///
+    /// # Errors
+    /// If the model cannot be converted, has another architecture, or the engine has stopped.
+    pub async fn sync_weights(&self, model: &CausalLm) -> Result<WeightVersion> {
+        let answer = self.send_weights(model)?;
+        answer
+            .await
+            .map_err(|_| BackendError::Engine("the engine thread has stopped".into()))?
+    }
+
+    /// Blocking version of [`Engine::sync_weights`] for code outside an async runtime.
+    ///
+    /// # Errors
+    /// As [`Engine::sync_weights`].
+    pub fn sync_weights_blocking(&self, model: &CausalLm) -> Result<WeightVersion> {
+        let answer = self.send_weights(model)?;
+        answer
+            .blocking_recv()
+            .map_err(|_| BackendError::Engine("the engine thread has stopped".into()))?
+    }
+
+    fn send_weights(&self, model: &CausalLm) -> Result<oneshot::Receiver<Result<WeightVersion>>> {
+        let sync = self
+            .sync
+            .as_ref()
+            .ok_or_else(|| BackendError::Engine("the engine is shutting down".into()))?;
+        sync(model)
+    }
+
+    /// The version of the weights new requests use.
+    pub fn weight_version(&self) -> WeightVersion {
+        WeightVersion(self.stats.version.load(Ordering::Acquire))
+    }
+
+    /// Vocabulary size of the served model.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> EngineStats {
+        let s = &self.stats;
+        EngineStats {
+            weight_version: self.weight_version(),
+            steps: s.steps.load(Ordering::Relaxed),
+            generated_tokens: s.generated_tokens.load(Ordering::Relaxed),
+            prefill_tokens: s.prefill_tokens.load(Ordering::Relaxed),
+            running: s.running.load(Ordering::Relaxed),
+            queued: s.queued.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.submit = None;
+        self.sync = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

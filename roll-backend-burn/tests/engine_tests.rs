@@ -1,0 +1,359 @@
+//! The inference engine on the reference fixtures, for every decoder: greedy reference text,
+//! sampling reproducibility, continuous batching with joins and aborts, stops, capacity, weight
+//! sync, and the log-prob agreement with scoring.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use roll_backend_burn::engine::{
+    DecoderKind, Engine, EngineConfig, GenerationEvent, InFlightPolicy,
+};
+use roll_backend_burn::{CausalLm, Device, HfTokenizer, ScoringOptions, load_model, score};
+use roll_core::policy::{GenerationRequest, SamplingParams, ScoreRequest, ScoreSequence};
+use roll_core::{AbortHandle, FinishReason, Tokenizer, WeightVersion};
+use std::sync::Arc;
+use support::fixture;
+
+fn decoders() -> Vec<DecoderKind> {
+    vec![DecoderKind::Burn]
+}
+
+fn sft() -> (CausalLm, Device) {
+    let device = Device::flex();
+    (
+        load_model(fixture("tiny-qwen2-sft"), &device).unwrap(),
+        device,
+    )
+}
+
+fn engine(kind: DecoderKind, model: &CausalLm, device: &Device, config: EngineConfig) -> Engine {
+    Engine::with_decoder(kind, model, device, config, None).unwrap()
+}
+
+fn sampled(max_new: u32, seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: max_new,
+        seed: Some(seed),
+        ..SamplingParams::default()
+    }
+}
+
+fn greedy(max_new: u32) -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: max_new,
+        ..SamplingParams::default()
+    }
+}
+
+fn run(engine: &Engine, prompt: &[u32], params: SamplingParams) -> roll_core::policy::Generation {
+    engine
+        .submit(GenerationRequest::new(prompt.to_vec(), params))
+        .unwrap()
+        .wait()
+        .unwrap()
+}
+
+fn reference_greedy(name: &str) -> (Vec<u32>, Vec<u32>) {
+    let cases: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture(name).join("reference/cases.json")).unwrap())
+            .unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    (
+        ids(&cases["greedy"]["prompt_ids"]),
+        ids(&cases["greedy"]["new_tokens"]),
+    )
+}
+
+#[test]
+fn greedy_generation_reproduces_the_reference_tokens() {
+    for name in ["tiny-qwen2", "tiny-qwen2-sft"] {
+        let device = Device::flex();
+        let model = load_model(fixture(name), &device).unwrap();
+        let (prompt, expected) = reference_greedy(name);
+        for kind in decoders() {
+            let e = engine(kind, &model, &device, EngineConfig::default());
+            let g = run(&e, &prompt, greedy(expected.len() as u32));
+            assert_eq!(g.token_ids, expected, "{name} {kind:?}");
+            assert_eq!(g.finish_reason, FinishReason::Length);
+            // top-k = 1 at temperature 1 is greedy too.
+            let mut top1 = sampled(expected.len() as u32, 99);
+            top1.top_k = Some(1);
+            assert_eq!(
+                run(&e, &prompt, top1).token_ids,
+                expected,
+                "{name} {kind:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn seeded_requests_are_reproducible_and_seeds_matter() {
+    let (model, device) = sft();
+    for kind in decoders() {
+        let e = engine(kind, &model, &device, EngineConfig::default());
+        let a = run(&e, &[5, 6, 7], sampled(24, 1));
+        let b = run(&e, &[5, 6, 7], sampled(24, 1));
+        let c = run(&e, &[5, 6, 7], sampled(24, 2));
+        assert_eq!(a, b, "{kind:?}");
+        assert_ne!(a.token_ids, c.token_ids, "{kind:?}");
+    }
+}
+
+/// Requests join mid-flight and one is aborted; the survivors get exactly what they get alone.
+#[test]
+fn continuous_batching_matches_running_each_request_alone() {
+    let (model, device) = sft();
+    let prompts: Vec<Vec<u32>> = vec![
+        vec![20, 21, 22, 23],
+        vec![30, 31],
+        vec![40, 41, 42, 43, 44, 45, 46],
+        vec![50],
+    ];
+    for kind in decoders() {
+        let alone: Vec<_> = {
+            let e = engine(kind, &model, &device, EngineConfig::default());
+            prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| run(&e, p, sampled(20, 100 + i as u64)))
+                .collect()
+        };
+        let config = EngineConfig {
+            max_batch_tokens: 5, // forces prompt chunking alongside decodes
+            ..EngineConfig::default()
+        };
+        let e = engine(kind, &model, &device, config);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let submit = |i: usize| {
+                e.submit(GenerationRequest::new(
+                    prompts[i].clone(),
+                    sampled(20, 100 + i as u64),
+                ))
+                .unwrap()
+            };
+            let mut first = submit(0);
+            let aborted = submit(2);
+            // Wait until request 0 has produced three tokens, then add two more.
+            let mut seen = 0;
+            while seen < 3 {
+                if let Some(GenerationEvent::Token(_)) = first.next_event().await {
+                    seen += 1;
+                }
+            }
+            let second = submit(1);
+            let mut to_abort = aborted;
+            let mut streamed = Vec::new();
+            while streamed.len() < 2 {
+                if let Some(GenerationEvent::Token(t)) = to_abort.next_event().await {
+                    streamed.push(t.id);
+                }
+            }
+            to_abort.abort();
+            let fourth = submit(3);
+            let cut = to_abort.finish().await.unwrap();
+            assert_eq!(cut.finish_reason, FinishReason::Abort, "{kind:?}");
+            assert!(cut.token_ids.len() >= 2 && cut.token_ids.len() < 20);
+            assert_eq!(cut.token_ids[..], alone[2].token_ids[..cut.token_ids.len()]);
+            assert_eq!(cut.logprobs[..], alone[2].logprobs[..cut.logprobs.len()]);
+            for (i, handle) in [(0, first), (1, second), (3, fourth)] {
+                let g = handle.finish().await.unwrap();
+                assert_eq!(g.token_ids, alone[i].token_ids, "{kind:?} request {i}");
+                assert_eq!(g.logprobs, alone[i].logprobs, "{kind:?} request {i}");
+            }
+        });
+    }
+}
+
+#[test]
+fn engine_logprobs_equal_scoring_logprobs() {
+    let (model, device) = sft();
+    let prompt = vec![11u32, 12, 13, 14];
+    for kind in decoders() {
+        let e = engine(kind, &model, &device, EngineConfig::default());
+        let g = run(&e, &prompt, sampled(16, 5));
+        let scored = score(
+            &model,
+            None,
+            &ScoreRequest {
+                sequences: vec![ScoreSequence {
+                    prompt_ids: prompt.clone(),
+                    response_ids: g.token_ids.clone(),
+                }],
+                with_entropy: false,
+            },
+            &ScoringOptions::default(),
+            &device,
+        )
+        .unwrap();
+        let gap = scored[0]
+            .logprobs
+            .iter()
+            .zip(&g.logprobs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(gap <= 1e-4, "{kind:?}: train-inference log-prob gap {gap}");
+    }
+}
+
+#[test]
+fn stop_ids_stop_strings_and_length_end_requests() {
+    let (model, device) = sft();
+    let tokenizer: Arc<dyn Tokenizer> =
+        Arc::new(HfTokenizer::from_dir(fixture("tiny-qwen2-sft")).unwrap());
+    for kind in decoders() {
+        let e = Engine::with_decoder(
+            kind,
+            &model,
+            &device,
+            EngineConfig::default(),
+            Some(tokenizer.clone()),
+        )
+        .unwrap();
+        let prompt = tokenizer.encode("Q: 12+35=? A:").unwrap();
+        let free = run(&e, &prompt, greedy(12));
+        assert_eq!(free.finish_reason, FinishReason::Length);
+        assert_eq!(free.token_ids.len(), 12);
+        assert_eq!(free.text, tokenizer.decode(&free.token_ids).unwrap());
+
+        // Stop at the third generated token's id.
+        let mut params = greedy(12);
+        params.stop_token_ids = vec![free.token_ids[2]];
+        let first_hit = free
+            .token_ids
+            .iter()
+            .position(|&t| t == free.token_ids[2])
+            .unwrap();
+        let stopped = run(&e, &prompt, params);
+        assert_eq!(stopped.finish_reason, FinishReason::Stop);
+        assert_eq!(stopped.token_ids, free.token_ids[..=first_hit]);
+
+        // A stop string cuts the text before it.
+        let needle: String = free.text.chars().skip(2).take(2).collect();
+        let mut params = greedy(12);
+        params.stop = vec![needle.clone()];
+        let cut = run(&e, &prompt, params);
+        assert_eq!(cut.finish_reason, FinishReason::Stop, "{needle:?}");
+        assert!(!cut.text.contains(&needle) && free.text.starts_with(&cut.text));
+    }
+}
+
+#[test]
+fn capacity_limits_queue_requests_and_reject_oversized_ones() {
+    let (model, device) = sft();
+    for kind in decoders() {
+        let config = EngineConfig {
+            max_seqs: 2,
+            max_cached_tokens: 64,
+            ..EngineConfig::default()
+        };
+        let e = engine(kind, &model, &device, config);
+        let handles: Vec<_> = (0..5)
+            .map(|i| {
+                e.submit(GenerationRequest::new(
+                    vec![10 + i, 11],
+                    sampled(8, i as u64),
+                ))
+                .unwrap()
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.wait().unwrap().token_ids.len(), 8);
+        }
+        let too_big = e.submit(GenerationRequest::new(vec![1; 60], sampled(8, 0)));
+        assert!(
+            too_big
+                .unwrap_err()
+                .to_string()
+                .contains("max_cached_tokens")
+        );
+        let bad_id = e.submit(GenerationRequest::new(vec![1, 100_000], sampled(4, 0)));
+        assert!(bad_id.unwrap_err().to_string().contains("100000"));
+        assert!(
+            e.submit(GenerationRequest::new(vec![], sampled(4, 0)))
+                .is_err()
+        );
+    }
+}
+
+#[test]
+fn abort_signal_of_the_request_is_honoured_even_while_queued() {
+    let (model, device) = sft();
+    for kind in decoders() {
+        let config = EngineConfig {
+            max_seqs: 1,
+            ..EngineConfig::default()
+        };
+        let e = engine(kind, &model, &device, config);
+        let busy = e
+            .submit(GenerationRequest::new(vec![3, 4], sampled(30, 0)))
+            .unwrap();
+        let (handle, signal) = AbortHandle::new();
+        let mut request = GenerationRequest::new(vec![5, 6], sampled(30, 0));
+        request.abort = signal;
+        let queued = e.submit(request).unwrap();
+        handle.abort();
+        let g = queued.wait().unwrap();
+        assert_eq!(g.finish_reason, FinishReason::Abort);
+        assert!(g.token_ids.is_empty());
+        assert_eq!(busy.wait().unwrap().token_ids.len(), 30);
+    }
+}
+
+#[test]
+fn weight_sync_versions_and_in_flight_policies() {
+    let device = Device::flex();
+    let base = load_model(fixture("tiny-qwen2"), &device).unwrap();
+    let tuned = load_model(fixture("tiny-qwen2-sft"), &device).unwrap();
+    for kind in decoders() {
+        let expected_new = {
+            let e = engine(kind, &tuned, &device, EngineConfig::default());
+            run(&e, &[7, 8, 9], sampled(40, 3))
+        };
+        for policy in [InFlightPolicy::Finish, InFlightPolicy::Requeue] {
+            let config = EngineConfig {
+                on_weight_sync: policy,
+                ..EngineConfig::default()
+            };
+            let e = engine(kind, &base, &device, config);
+            assert_eq!(e.weight_version(), WeightVersion(0));
+            let old = run(&e, &[7, 8, 9], sampled(40, 3));
+            let mut in_flight = e
+                .submit(GenerationRequest::new(vec![7, 8, 9], sampled(40, 3)))
+                .unwrap();
+            // Make sure it has started before the sync.
+            while !matches!(
+                in_flight.next_event_blocking(),
+                Some(GenerationEvent::Token(_))
+            ) {}
+            let v = e.sync_weights_blocking(&tuned).unwrap();
+            assert_eq!(v, WeightVersion(1));
+            assert_eq!(e.weight_version(), WeightVersion(1));
+            let g = in_flight.wait().unwrap();
+            match policy {
+                InFlightPolicy::Finish => {
+                    assert_eq!(g.weight_version, WeightVersion(0));
+                    assert_eq!(g.token_ids, old.token_ids, "{kind:?}");
+                }
+                InFlightPolicy::Requeue => {
+                    assert_eq!(g.weight_version, WeightVersion(1));
+                    assert_eq!(g.token_ids, expected_new.token_ids, "{kind:?}");
+                }
+            }
+            let after = run(&e, &[7, 8, 9], sampled(40, 3));
+            assert_eq!(after.weight_version, WeightVersion(1));
+            assert_eq!(after.token_ids, expected_new.token_ids);
+        }
+    }
+}
