@@ -238,6 +238,11 @@ fn stop_ids_stop_strings_and_length_end_requests() {
         let stopped = run(&e, &prompt, params);
         assert_eq!(stopped.finish_reason, FinishReason::Stop);
         assert_eq!(stopped.token_ids, free.token_ids[..=first_hit]);
+        // The stop token is not part of the text.
+        assert_eq!(
+            stopped.text,
+            tokenizer.decode(&free.token_ids[..first_hit]).unwrap()
+        );
 
         // A stop string cuts the text before it.
         let needle: String = free.text.chars().skip(2).take(2).collect();

@@ -401,7 +401,14 @@ impl<B: DecodeBackend> EngineLoop<B> {
         let seq = &self.running[i];
         let params = &seq.sub.request.params;
         if params.stop_token_ids.contains(&token) || self.config.eos_token_ids.contains(&token) {
-            return Some((FinishReason::Stop, None));
+            // The stop token stays in `token_ids` (it was sampled and has a log-prob) but not in
+            // the text, as vLLM does for EOS.
+            let generated = seq.generated();
+            let text = self
+                .tokenizer
+                .as_ref()
+                .and_then(|tok| tok.decode(&generated[..generated.len() - 1]).ok());
+            return Some((FinishReason::Stop, text));
         }
         if !params.stop.is_empty()
             && let Some(tok) = &self.tokenizer

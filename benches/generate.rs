@@ -1,0 +1,91 @@
+//! Generation throughput (new tokens/s) of the inference engine on the CPU: `batch` requests of a
+//! 16-token prompt, 64 new tokens each (sampling at temperature 1, no stop), submitted at once, for
+//! the `tiny-qwen2` fixture and the ~28M config of `shared/baselines.md` (hidden 512, 8 layers,
+//! 8/4 heads, ffn 1408, vocab 8192, tied). Throughput counts new tokens only; the time includes
+//! prefill, as in the PyTorch baseline.
+//!
+//! `cargo bench --bench generate` (measure with the machine otherwise idle).
+//! `ROLL_BENCH_DECODER=burn` measures the portable decoder instead of the automatic choice.
+
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
+use roll_backend_burn::{CausalLm, Device, HfConfig, load_model};
+use roll_core::policy::{GenerationRequest, SamplingParams};
+use std::path::PathBuf;
+
+const PROMPT: usize = 16;
+const NEW: u32 = 64;
+
+fn small_model(device: &Device) -> CausalLm {
+    let mut cfg = HfConfig::new("qwen2", 8192, 512, 1408, 8, 8);
+    cfg.num_key_value_heads = Some(4);
+    cfg.tie_word_embeddings = true;
+    CausalLm::init(&cfg, device).expect("valid config")
+}
+
+fn generate(engine: &Engine, batch: usize, vocab: usize, round: u64) -> usize {
+    let handles: Vec<_> = (0..batch)
+        .map(|i| {
+            let prompt = (0..PROMPT)
+                .map(|t| ((i * 131 + t * 17 + 3) % vocab) as u32)
+                .collect();
+            let params = SamplingParams {
+                temperature: 1.0,
+                max_new_tokens: NEW,
+                seed: Some(round * 1000 + i as u64),
+                ..SamplingParams::default()
+            };
+            engine
+                .submit(GenerationRequest::new(prompt, params))
+                .expect("submit")
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.wait().expect("generation").token_ids.len())
+        .sum()
+}
+
+fn bench(c: &mut Criterion) {
+    let device = Device::flex();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/tiny-qwen2");
+    let mut models = Vec::new();
+    match load_model(&fixture, &device) {
+        Ok(m) => models.push(("tiny", m)),
+        Err(e) => eprintln!("skipping tiny fixture: {e}"),
+    }
+    models.push(("small-28M", small_model(&device)));
+    let force_burn = std::env::var("ROLL_BENCH_DECODER").is_ok_and(|v| v == "burn");
+    for (name, model) in &models {
+        let kind = if force_burn {
+            DecoderKind::Burn
+        } else {
+            DecoderKind::auto(model, &device)
+        };
+        let mut group = c.benchmark_group(format!("generate_{name}_p16_n64"));
+        group.sample_size(10);
+        for batch in [1usize, 8, 32, 64] {
+            let config = EngineConfig {
+                max_seqs: batch,
+                max_cached_tokens: batch * (PROMPT + NEW as usize),
+                ..EngineConfig::default()
+            };
+            let engine = Engine::with_decoder(kind, model, &device, config, None).expect("engine");
+            group.throughput(Throughput::Elements(batch as u64 * NEW as u64));
+            let mut round = 0;
+            group.bench_function(BenchmarkId::from_parameter(batch), |b| {
+                b.iter(|| {
+                    round += 1;
+                    generate(&engine, batch, model.vocab_size(), round)
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
