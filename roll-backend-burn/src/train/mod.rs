@@ -1,1 +1,49 @@
 //! The trainer: optimisation steps on a [`roll_core::TrainBatch`] with a roll-algos objective.
+//!
+//! - [`Trainer`] trains the actor (a [`crate::CausalLm`]) on
+//!   [`roll_algos::loss::policy_objective`]; [`CriticTrainer`] trains a [`CriticModel`] (trunk +
+//!   [`crate::ValueHead`]) on [`roll_algos::loss::critic_loss`].
+//! - A step packs the batch into micro-batches ([`TrainerConfig::micro_batch_tokens`],
+//!   `micro_batch_size`), computes each micro-batch's loss with the **whole batch's**
+//!   denominators and sums the gradients, so the result does not depend on the split; then it
+//!   clips the global gradient norm ([`clip_grad_norm`], as `torch.nn.utils.clip_grad_norm_`) and
+//!   applies AdamW with PyTorch's semantics and defaults at the learning rate of [`lr_at`].
+//! - LoRA ([`LoraConfig`]) attaches adapters to named linear layers with Burn's parameter
+//!   reparameterisation; the frozen base is the reference policy, and
+//!   [`Trainer::inference_model`] merges the adapters for the inference engine.
+//! - Checkpoints ([`Trainer::save_checkpoint`]) are written atomically and resume bit-for-bit.
+//!
+//! ```no_run
+//! use roll_backend_burn::train::{LoraConfig, Trainer, TrainerConfig};
+//! # fn batch() -> roll_core::TrainBatch { unimplemented!() }
+//! let device = roll_backend_burn::Device::flex();
+//! let model = roll_backend_burn::load_model("tiny-qwen2", &device)?;
+//! let config = TrainerConfig {
+//!     lr: 1e-4,
+//!     lora: Some(LoraConfig { rank: 8, alpha: 16.0, target_modules: vec!["q_proj".into(), "v_proj".into()] }),
+//!     ..TrainerConfig::default()
+//! };
+//! let mut trainer = Trainer::new(model, config, &device)?;
+//! let report = trainer.step(&batch(), &roll_core::policy::Objective::default())?;
+//! trainer.save_checkpoint("ckpt", 1)?;
+//! let (resumed, weight_version) = Trainer::load_checkpoint("ckpt", &device)?;
+//! # let _ = (report, resumed, weight_version);
+//! # Ok::<(), roll_backend_burn::BackendError>(())
+//! ```
+
+mod checkpoint;
+mod clip;
+mod config;
+mod core;
+mod critic;
+mod lora;
+mod schedule;
+mod trainer;
+
+pub use clip::{clip_grad_norm, global_grad_norm};
+pub use config::{LoraConfig, LrSchedule, TrainerConfig};
+pub use core::{BatchGradients, TrainStepReport};
+pub use critic::{CriticModel, CriticTrainer};
+pub use lora::TrainerRng;
+pub use schedule::lr_at;
+pub use trainer::Trainer;

@@ -1,0 +1,89 @@
+//! Train-step throughput (trained tokens/s) of the Burn trainer on the CPU: 16 sequences × 128
+//! tokens (16 prompt + 112 response tokens, all trained), forward + backward + global clipping +
+//! AdamW, one micro-batch, for the `tiny-qwen2` fixture (0.8M parameters) and a ~28M-parameter
+//! config (hidden 512, 8 layers, 8/4 heads, ffn 1408, vocab 8192, tied) — the shapes of
+//! `shared/baselines.md` (PyTorch: 0.114 and 1.80 s/step).
+//!
+//! `cargo bench --bench train` (measure with the machine otherwise idle).
+
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use roll_backend_burn::train::{Trainer, TrainerConfig};
+use roll_backend_burn::{CausalLm, Device, HfConfig, load_model};
+use roll_core::policy::Objective;
+use roll_core::{SampleId, TrainBatch, TrainSequence};
+use std::path::PathBuf;
+
+const SEQS: usize = 16;
+const PROMPT: usize = 16;
+const LEN: usize = 128;
+
+fn batch(vocab: usize) -> TrainBatch {
+    let mut state = 0x2545_f491_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % vocab as u64) as u32
+    };
+    let r = LEN - PROMPT;
+    let uniform = -(vocab as f32).ln();
+    let sequences = (0..SEQS)
+        .map(|i| {
+            let ids: Vec<u32> = (0..LEN).map(|_| next()).collect();
+            TrainSequence {
+                sample: SampleId(i as u64),
+                prompt_ids: ids[..PROMPT].to_vec(),
+                response_ids: ids[PROMPT..].to_vec(),
+                loss_mask: vec![true; r],
+                old_logprobs: vec![uniform; r],
+                ref_logprobs: None,
+                advantages: vec![if i % 2 == 0 { 1.0 } else { -1.0 }; r],
+                returns: None,
+                old_values: None,
+                weight: 1.0,
+                score: 0.0,
+            }
+        })
+        .collect();
+    TrainBatch::new(sequences).expect("valid batch")
+}
+
+fn small_model(device: &Device) -> CausalLm {
+    let mut cfg = HfConfig::new("qwen2", 8192, 512, 1408, 8, 8);
+    cfg.num_key_value_heads = Some(4);
+    cfg.tie_word_embeddings = true;
+    CausalLm::init(&cfg, device).expect("valid config")
+}
+
+fn bench(c: &mut Criterion) {
+    let device = Device::flex();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/tiny-qwen2");
+    let mut models = Vec::new();
+    match load_model(&fixture, &device) {
+        Ok(m) => models.push(("tiny", m)),
+        Err(e) => eprintln!("skipping tiny fixture: {e}"),
+    }
+    models.push(("small-28M", small_model(&device)));
+    let mut group = c.benchmark_group("train_step_16x128");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((SEQS * (LEN - PROMPT)) as u64));
+    let objective = Objective::default();
+    for (name, model) in models {
+        let b = batch(model.vocab_size());
+        let config = TrainerConfig {
+            lr: 1e-6,
+            ..TrainerConfig::default()
+        };
+        let mut trainer = Trainer::new(model, config, &device).expect("trainer");
+        group.bench_with_input(BenchmarkId::from_parameter(name), &b, |bench, b| {
+            bench.iter(|| trainer.step(b, &objective).expect("train step"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,500 @@
+//! What the actor and critic trainers share: micro-batch planning, the padded response-token
+//! tensors of a micro-batch, the optimiser core (clip → schedule → AdamW) and the step report.
+
+use super::clip::{clip_grad_norm, global_grad_norm};
+use super::config::TrainerConfig;
+use super::lora::TrainerRng;
+use super::schedule::lr_at;
+use crate::models::{PaddingSide, TokenBatch};
+use crate::{BackendError, Result};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use roll_algos::loss::Denominators;
+use roll_core::{TrainBatch, TrainSequence};
+use std::collections::BTreeMap;
+
+/// The result of one train step: the main numbers as fields, everything (these included) in
+/// [`TrainStepReport::to_metrics`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainStepReport {
+    /// Optimiser updates applied so far, this one included.
+    pub step: u64,
+    /// The loss of the whole batch (sum of the micro-batch contributions).
+    pub loss: f64,
+    /// Global L2 norm of the gradients before clipping.
+    pub grad_norm: f64,
+    /// Learning rate of this update.
+    pub lr: f64,
+    /// Trained tokens (loss-mask `true`) of the batch.
+    pub trained_tokens: usize,
+    /// Sequences that had at least one trained token (the others are not run at all).
+    pub sequences: usize,
+    /// Forward/backward passes the batch was split into.
+    pub micro_batches: usize,
+    /// `true` when no update was applied: the batch had no trained token, or the gradient norm was
+    /// not finite. The step count does not advance then.
+    pub skipped: bool,
+    /// The objective's own diagnostics (e.g. `pg_loss`, `kl_loss`, `entropy`, `clip_frac_low`,
+    /// `approx_kl` for the actor; `vf_loss`, `vf_clip_frac`, `value_mean` for the critic).
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl TrainStepReport {
+    /// All numbers of the report as one map: `loss`, `grad_norm`, `lr`, `step`,
+    /// `trained_tokens`, `sequences`, `micro_batches`, `skipped` (0/1) and [`Self::metrics`].
+    pub fn to_metrics(&self) -> BTreeMap<String, f64> {
+        let mut m = self.metrics.clone();
+        m.insert("loss".into(), self.loss);
+        m.insert("grad_norm".into(), self.grad_norm);
+        m.insert("lr".into(), self.lr);
+        m.insert("step".into(), self.step as f64);
+        m.insert("trained_tokens".into(), self.trained_tokens as f64);
+        m.insert("sequences".into(), self.sequences as f64);
+        m.insert("micro_batches".into(), self.micro_batches as f64);
+        m.insert("skipped".into(), f64::from(u8::from(self.skipped)));
+        m
+    }
+}
+
+/// The gradients of one batch, summed over its micro-batches: what a step applies. Split from the
+/// update so that callers can inspect them or combine those of several workers first.
+pub struct BatchGradients {
+    /// Summed gradients of the trained parameters.
+    pub grads: GradientsParams,
+    /// The batch loss (sum of micro-batch contributions).
+    pub loss: f64,
+    /// Trained tokens of the batch.
+    pub trained_tokens: usize,
+    /// Sequences with at least one trained token.
+    pub sequences: usize,
+    /// Micro-batches run.
+    pub micro_batches: usize,
+    /// The objective's diagnostics over the whole batch.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl std::fmt::Debug for BatchGradients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchGradients")
+            .field("parameters", &self.grads.len())
+            .field("loss", &self.loss)
+            .field("trained_tokens", &self.trained_tokens)
+            .field("micro_batches", &self.micro_batches)
+            .finish()
+    }
+}
+
+/// How a batch is cut into micro-batches, and the global loss denominators.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Indices into the batch, one list per micro-batch.
+    pub chunks: Vec<Vec<usize>>,
+    /// `N` (trained tokens) and `S` (sequences with a trained token) of the whole batch.
+    pub denominators: Denominators,
+    /// Longest response among the trained sequences.
+    pub max_response: usize,
+    /// `N`.
+    pub trained_tokens: usize,
+    /// `S`.
+    pub sequences: usize,
+}
+
+/// Packs the sequences that have a trained token into micro-batches, longest first, each at most
+/// `micro_batch_tokens` padded tokens (`rows × longest`) and `micro_batch_size` rows; a sequence
+/// longer than the token budget runs alone. Sequences without a trained token are left out: they
+/// contribute neither loss nor gradient.
+///
+/// # Errors
+/// [`BackendError::InvalidInput`] for a trained sequence with an empty prompt.
+pub(crate) fn plan(batch: &TrainBatch, config: &TrainerConfig) -> Result<Plan> {
+    let seqs = batch.sequences();
+    let mut order = Vec::new();
+    let mut trained_tokens = 0;
+    let mut max_response = 0;
+    for (i, s) in seqs.iter().enumerate() {
+        let n = s.num_trained_tokens();
+        if n == 0 {
+            continue;
+        }
+        if s.prompt_ids.is_empty() {
+            return Err(BackendError::InvalidInput(format!(
+                "{}: empty prompt, so its first response token has no context",
+                s.sample
+            )));
+        }
+        trained_tokens += n;
+        max_response = max_response.max(s.response_ids.len());
+        order.push(i);
+    }
+    let len = |i: usize| seqs[i].prompt_ids.len() + seqs[i].response_ids.len();
+    order.sort_by_key(|&i| std::cmp::Reverse(len(i)));
+    let budget = config.micro_batch_tokens.unwrap_or(usize::MAX).max(1);
+    let rows = config.micro_batch_size.unwrap_or(usize::MAX).max(1);
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let width = len(order[start]);
+        let mut end = start + 1;
+        while end < order.len()
+            && end - start < rows
+            && (end - start + 1).saturating_mul(width) <= budget
+        {
+            end += 1;
+        }
+        chunks.push(order[start..end].to_vec());
+        start = end;
+    }
+    let sequences = order.len();
+    Ok(Plan {
+        chunks,
+        denominators: Denominators::global(trained_tokens, sequences),
+        max_response,
+        trained_tokens,
+        sequences,
+    })
+}
+
+/// One micro-batch on the device: `prompt ‖ response` right-padded, and `[rows, T]` tensors over
+/// the response tokens (`T` = longest response of the micro-batch).
+pub(crate) struct Chunk<'a> {
+    pub seqs: Vec<&'a TrainSequence>,
+    pub tokens: TokenBatch,
+    /// Column of the position that predicts each response token (`prompt_len − 1 + t`).
+    pub cols: Tensor<2, Int>,
+    /// The response tokens (0 in padding).
+    pub targets: Tensor<2, Int>,
+    /// The loss mask (`false` in padding).
+    pub mask: Tensor<2, Bool>,
+    pub rows: usize,
+    pub width: usize,
+    /// Trained tokens of this micro-batch.
+    pub trained: usize,
+    device: Device,
+}
+
+impl<'a> Chunk<'a> {
+    pub(crate) fn new(
+        seqs: Vec<&'a TrainSequence>,
+        vocab_size: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let full: Vec<Vec<u32>> = seqs
+            .iter()
+            .map(|s| [s.prompt_ids.as_slice(), s.response_ids.as_slice()].concat())
+            .collect();
+        // Padding is masked out of attention and loss, so any valid id (0) fills it.
+        let tokens = TokenBatch::new(&full, PaddingSide::Right, 0, vocab_size, device)?;
+        let rows = seqs.len();
+        let width = seqs.iter().map(|s| s.response_ids.len()).max().unwrap_or(0);
+        let mut cols = vec![0i32; rows * width];
+        let mut targets = vec![0i32; rows * width];
+        let mut mask = vec![false; rows * width];
+        let mut trained = 0;
+        for (r, s) in seqs.iter().enumerate() {
+            for (t, (&id, &m)) in s.response_ids.iter().zip(&s.loss_mask).enumerate() {
+                let at = r * width + t;
+                let col = s.prompt_ids.len() - 1 + t;
+                cols[at] = i32::try_from(col).map_err(|_| {
+                    BackendError::InvalidInput(format!("{}: sequence too long", s.sample))
+                })?;
+                // Ids were checked against the vocabulary by `TokenBatch::new`.
+                targets[at] = i32::try_from(id).unwrap_or(0);
+                mask[at] = m;
+                trained += usize::from(m);
+            }
+        }
+        let shape = [rows, width];
+        Ok(Self {
+            seqs,
+            tokens,
+            cols: Tensor::from_data(TensorData::new(cols, shape), device),
+            targets: Tensor::from_data(TensorData::new(targets, shape), device),
+            mask: Tensor::from_data(TensorData::new(mask, shape), device),
+            rows,
+            width,
+            trained,
+            device: device.clone(),
+        })
+    }
+
+    /// A `[rows, T]` tensor of a per-token quantity, 0 in padding.
+    pub(crate) fn per_token(&self, field: impl Fn(&TrainSequence) -> &[f32]) -> Tensor<2> {
+        let mut v = vec![0f32; self.rows * self.width];
+        for (r, s) in self.seqs.iter().enumerate() {
+            let src = field(s);
+            v[r * self.width..r * self.width + src.len()].copy_from_slice(src);
+        }
+        Tensor::from_data(TensorData::new(v, [self.rows, self.width]), &self.device)
+    }
+
+    /// A `[rows]` tensor of a per-sequence quantity.
+    pub(crate) fn per_sequence(&self, field: impl Fn(&TrainSequence) -> f32) -> Tensor<1> {
+        let v: Vec<f32> = self.seqs.iter().map(|s| field(s)).collect();
+        Tensor::from_data(TensorData::new(v, [self.rows]), &self.device)
+    }
+
+    /// The hidden states of the positions that predict the response tokens.
+    ///
+    /// # Shapes
+    /// - `hidden`: `[rows, seq, hidden]`
+    /// - output: `[rows, T, hidden]`
+    pub(crate) fn response_hidden(&self, hidden: Tensor<3>) -> Tensor<3> {
+        let h = hidden.dims()[2];
+        let index = self
+            .cols
+            .clone()
+            .unsqueeze_dim::<3>(2)
+            .expand([self.rows, self.width, h]);
+        hidden.gather(1, index)
+    }
+}
+
+/// Sums of micro-batch metrics: contributions (losses, which add up to the batch value under
+/// global denominators) and token-weighted means (fractions, KL diagnostics).
+#[derive(Debug, Default)]
+pub(crate) struct MetricSums {
+    sums: BTreeMap<String, f64>,
+    weighted: BTreeMap<String, f64>,
+    tokens: f64,
+}
+
+impl MetricSums {
+    pub(crate) fn add_sum(&mut self, key: &str, value: f32) {
+        *self.sums.entry(key.to_string()).or_default() += f64::from(value);
+    }
+
+    pub(crate) fn add_mean(&mut self, key: &str, value: f32, tokens: usize) {
+        *self.weighted.entry(key.to_string()).or_default() += f64::from(value) * tokens as f64;
+    }
+
+    pub(crate) fn add_tokens(&mut self, tokens: usize) {
+        self.tokens += tokens as f64;
+    }
+
+    pub(crate) fn finish(self) -> BTreeMap<String, f64> {
+        let mut out = self.sums;
+        let n = self.tokens.max(1.0);
+        for (k, v) in self.weighted {
+            out.insert(k, v / n);
+        }
+        out
+    }
+}
+
+/// Forces every lazily initialised parameter of `module` to take its value, so that clones made
+/// afterwards no longer share an uninitialised cell (a `freeze()` on one would freeze the other).
+struct Materialize;
+
+impl ModuleVisitor for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let _ = param.val();
+    }
+}
+
+pub(crate) fn materialize_params<M: Module>(module: &M) {
+    module.visit(&mut Materialize);
+}
+
+/// The AdamW of a config (PyTorch semantics: decoupled decay `p ← p·(1 − lr·wd)`, bias-corrected
+/// moments, `ε` added to `sqrt(v̂)`), without Burn's per-parameter clipping.
+pub(crate) fn adamw(config: &TrainerConfig) -> ModuleOptimizer {
+    AdamWConfig::new()
+        .with_beta_1(config.betas.0)
+        .with_beta_2(config.betas.1)
+        .with_epsilon(config.eps)
+        .with_weight_decay(config.weight_decay)
+        .init()
+}
+
+/// What an update did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Applied {
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub skipped: bool,
+}
+
+/// The trained module with its optimiser, schedule position and random state.
+pub(crate) struct Core<M: Module> {
+    /// `None` only if an optimiser step panicked half-way.
+    module: Option<M>,
+    pub optim: ModuleOptimizer,
+    pub config: TrainerConfig,
+    pub step: u64,
+    pub rng: TrainerRng,
+    /// The plain device (inference copies).
+    pub device: Device,
+    /// The autodiff device the module lives on.
+    pub ad_device: Device,
+}
+
+impl<M: Module> Core<M> {
+    pub(crate) fn new(module: M, config: TrainerConfig, rng: TrainerRng, device: &Device) -> Self {
+        let device = device.clone().inner();
+        Self {
+            module: Some(module),
+            optim: adamw(&config),
+            config,
+            step: 0,
+            rng,
+            ad_device: device.clone().autodiff(),
+            device,
+        }
+    }
+
+    pub(crate) fn module(&self) -> Result<&M> {
+        self.module.as_ref().ok_or_else(|| {
+            BackendError::Train(
+                "the trainer lost its model in an earlier step that panicked".into(),
+            )
+        })
+    }
+
+    pub(crate) fn set_module(&mut self, module: M) {
+        self.module = Some(module);
+    }
+
+    /// Global-norm clipping, then one AdamW update at the scheduled learning rate. A non-finite
+    /// gradient norm skips the update.
+    pub(crate) fn apply(&mut self, mut grads: GradientsParams) -> Result<Applied> {
+        let lr = lr_at(&self.config, self.step);
+        let module = self.module()?;
+        let grad_norm = match self.config.max_grad_norm {
+            Some(max) => clip_grad_norm(module, &mut grads, max)?,
+            None => global_grad_norm(module, &grads)?,
+        };
+        if !grad_norm.is_finite() {
+            return Ok(Applied {
+                grad_norm,
+                lr,
+                skipped: true,
+            });
+        }
+        let module = self.module.take().ok_or_else(|| {
+            BackendError::Train(
+                "the trainer lost its model in an earlier step that panicked".into(),
+            )
+        })?;
+        self.module = Some(self.optim.step(lr, module, grads));
+        self.step += 1;
+        Ok(Applied {
+            grad_norm,
+            lr,
+            skipped: false,
+        })
+    }
+
+    /// Applies a batch's gradients (nothing for a batch without a trained token) and reports.
+    pub(crate) fn apply_batch(&mut self, mut g: BatchGradients) -> Result<TrainStepReport> {
+        let applied = if g.trained_tokens == 0 {
+            Applied {
+                grad_norm: 0.0,
+                lr: lr_at(&self.config, self.step),
+                skipped: true,
+            }
+        } else {
+            let grads = std::mem::replace(&mut g.grads, GradientsParams::new());
+            self.apply(grads)?
+        };
+        Ok(TrainStepReport {
+            step: self.step,
+            loss: g.loss,
+            grad_norm: applied.grad_norm,
+            lr: applied.lr,
+            trained_tokens: g.trained_tokens,
+            sequences: g.sequences,
+            micro_batches: g.micro_batches,
+            skipped: applied.skipped,
+            metrics: g.metrics,
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use roll_core::SampleId;
+
+    fn seq(id: u64, prompt: usize, response: usize, trained: bool) -> TrainSequence {
+        TrainSequence {
+            sample: SampleId(id),
+            prompt_ids: vec![1; prompt],
+            response_ids: vec![2; response],
+            loss_mask: vec![trained; response],
+            old_logprobs: vec![0.0; response],
+            ref_logprobs: None,
+            advantages: vec![1.0; response],
+            returns: None,
+            old_values: None,
+            weight: 1.0,
+            score: 1.0,
+        }
+    }
+
+    #[test]
+    fn plan_packs_longest_first_within_both_bounds() {
+        let batch = TrainBatch::new(vec![
+            seq(0, 2, 2, true),  // 4 tokens
+            seq(1, 2, 8, true),  // 10
+            seq(2, 1, 1, false), // skipped
+            seq(3, 3, 3, true),  // 6
+            seq(4, 1, 2, true),  // 3
+        ])
+        .unwrap();
+        let cfg = TrainerConfig {
+            micro_batch_tokens: Some(12),
+            ..TrainerConfig::default()
+        };
+        let p = plan(&batch, &cfg).unwrap();
+        assert_eq!(p.chunks, vec![vec![1], vec![3, 0], vec![4]]);
+        assert_eq!(p.denominators, Denominators::global(15, 4));
+        assert_eq!(p.max_response, 8);
+        let cfg = TrainerConfig {
+            micro_batch_tokens: None,
+            micro_batch_size: Some(3),
+            ..TrainerConfig::default()
+        };
+        assert_eq!(
+            plan(&batch, &cfg).unwrap().chunks,
+            vec![vec![1, 3, 0], vec![4]]
+        );
+    }
+
+    #[derive(burn::module::Module, Debug)]
+    struct Scalar {
+        p: Param<Tensor<1>>,
+    }
+
+    #[test]
+    fn adamw_is_pytorch_adamw_on_a_scalar() {
+        // torch.optim.AdamW([p], lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1) with
+        // p = 1 and gradients 0.5 then −0.25 gives p = 0.890000002, then 0.8544662986878463.
+        let dev = Device::flex().autodiff();
+        let cfg = TrainerConfig {
+            lr: 0.1,
+            weight_decay: 0.1,
+            ..TrainerConfig::default()
+        };
+        let mut optim = adamw(&cfg);
+        let mut m = Scalar {
+            p: Param::from_tensor(Tensor::from_floats([1.0], &dev)),
+        };
+        for (g, want) in [(0.5f32, 0.890_000_002f64), (-0.25, 0.854_466_298_687_846_3)] {
+            // loss = g·p, so ∂loss/∂p = g.
+            let loss = m.p.val().mul_scalar(g).sum();
+            let grads = GradientsParams::from_grads(loss.backward(), &m);
+            m = optim.step(0.1, m, grads);
+            let got: f32 = m.p.val().into_scalar();
+            assert!((f64::from(got) - want).abs() < 1e-7, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn empty_prompt_is_an_error_naming_the_sample() {
+        let batch = TrainBatch::new(vec![seq(9, 0, 2, true)]).unwrap();
+        let err = plan(&batch, &TrainerConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("sample#9"), "{err}");
+    }
+}

@@ -1,0 +1,388 @@
+//! [`Trainer`]: the actor's optimisation step on a [`TrainBatch`] under a roll-algos objective.
+
+use super::checkpoint::{self, CheckpointMeta, Role};
+use super::config::TrainerConfig;
+use super::core::{
+    BatchGradients, Chunk, Core, MetricSums, TrainStepReport, materialize_params, plan,
+};
+use super::lora::{LoraAttach, TrainerRng, count_adapters};
+use crate::models::CausalLm;
+use crate::{BackendError, Result, ScoringOptions, score};
+use burn::module::Module;
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::Device;
+use burn::tensor::activation::log_softmax;
+use roll_algos::loss::{LossAggregation, PolicyInputs, policy_objective};
+use roll_core::policy::{Objective, ScoreRequest, TokenScores};
+use roll_core::{TrainBatch, TrainSequence};
+use std::path::{Path, PathBuf};
+
+/// Trains a [`CausalLm`] policy: micro-batched forward/backward with gradient accumulation,
+/// global-norm clipping, AdamW with a warmup/cosine schedule, optional LoRA, and atomic
+/// checkpoints that resume bit-for-bit.
+///
+/// One [`Trainer::step`]:
+/// 1. drops sequences without a trained token and packs the rest into micro-batches (longest
+///    first, bounded by [`TrainerConfig::micro_batch_tokens`] / `micro_batch_size`);
+/// 2. for each micro-batch: forward of `prompt ‖ response`, log-probs of the response tokens (the
+///    LM head runs on response positions only), the objective of
+///    [`roll_algos::loss::policy_objective`] with the **whole batch's** denominators (so the sum
+///    over micro-batches is the full-batch loss, whatever the split), backward, and gradients
+///    added up;
+/// 3. clips the global gradient norm, and applies AdamW at the scheduled learning rate.
+///
+/// With LoRA only the adapters train; the base weights stay frozen and double as the reference
+/// policy ([`Trainer::reference_scores`]).
+///
+/// ```no_run
+/// use roll_backend_burn::train::{Trainer, TrainerConfig};
+/// use roll_backend_burn::{Device, load_model};
+/// # fn batch() -> roll_core::TrainBatch { unimplemented!() }
+/// let device = Device::flex();
+/// let model = load_model("tiny-qwen2", &device)?;
+/// let mut trainer = Trainer::new(model, TrainerConfig { lr: 1e-5, ..Default::default() }, &device)?;
+/// let report = trainer.step(&batch(), &roll_core::policy::Objective::default())?;
+/// println!("{:?}", report.to_metrics());
+/// let for_inference = trainer.inference_model()?; // plain device, adapters merged
+/// # let _ = for_inference;
+/// # Ok::<(), roll_backend_burn::BackendError>(())
+/// ```
+pub struct Trainer {
+    core: Core<CausalLm>,
+    /// The frozen base on the plain device (LoRA only): the reference policy.
+    base: Option<CausalLm>,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("step", &self.core.step)
+            .field("lora", &self.core.config.lora)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Trainer {
+    /// A trainer for `model` (moved to `device`'s autodiff twin) with a fresh optimiser.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidTrainConfig`] for a bad config, including a LoRA target that names
+    /// no linear layer of the model (key `lora.target_modules`).
+    pub fn new(model: CausalLm, config: TrainerConfig, device: &Device) -> Result<Self> {
+        let rng = TrainerRng::new(config.seed);
+        Self::build(model, config, rng, device)
+    }
+
+    fn build(
+        model: CausalLm,
+        config: TrainerConfig,
+        mut rng: TrainerRng,
+        device: &Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        let plain = device.clone().inner();
+        let ad = plain.clone().autodiff();
+        materialize_params(&model);
+        let model = model.to_device(&plain);
+        let (model, base) = match &config.lora {
+            None => (model.to_device(&ad).train(), None),
+            Some(lora) => {
+                let base = model.clone();
+                let mut attach = LoraAttach::new(lora, &mut rng);
+                let adapted = model
+                    .to_device(&ad)
+                    .train()
+                    .apply_reparameterization(&mut attach);
+                attach.check_all_matched()?;
+                (adapted, Some(base))
+            }
+        };
+        Ok(Self {
+            core: Core::new(model, config, rng, device),
+            base,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TrainerConfig {
+        &self.core.config
+    }
+
+    /// Optimiser updates applied so far (skipped steps do not count).
+    pub fn step_count(&self) -> u64 {
+        self.core.step
+    }
+
+    /// Whether LoRA adapters are trained (and the base frozen).
+    pub fn has_lora(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// Number of weights carrying a LoRA adapter (0 without LoRA).
+    pub fn num_adapters(&self) -> usize {
+        self.core.module().map(count_adapters).unwrap_or(0)
+    }
+
+    /// The model being trained, on the autodiff device (with adapters attached, if any).
+    ///
+    /// # Errors
+    /// [`BackendError::Train`] if an earlier step panicked half-way.
+    pub fn training_model(&self) -> Result<&CausalLm> {
+        self.core.module()
+    }
+
+    /// A copy of the current weights on the plain (non-autodiff) device with LoRA adapters merged
+    /// into the base weights: what the inference engine receives after each step. Later steps
+    /// do not change it (the optimiser replaces parameter tensors rather than writing into them).
+    ///
+    /// # Errors
+    /// [`BackendError::Train`] if an earlier step panicked half-way.
+    pub fn inference_model(&self) -> Result<CausalLm> {
+        Ok(self.core.module()?.valid().materialize())
+    }
+
+    /// The model with its adapters merged (`W + (alpha/r)·A·B`) on the plain device; the same as
+    /// [`Trainer::inference_model`], named for weight synchronisation.
+    ///
+    /// # Errors
+    /// As [`Trainer::inference_model`].
+    pub fn merged_model(&self) -> Result<CausalLm> {
+        self.inference_model()
+    }
+
+    /// The policy with its adapters disabled (the frozen base) on the plain device — the reference
+    /// policy of LoRA training; `None` without LoRA.
+    pub fn reference_model(&self) -> Option<CausalLm> {
+        self.base.clone()
+    }
+
+    /// Scores `request` under the reference policy (adapters disabled), as ROLL does for LoRA
+    /// (`disable_adapter=True`).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] without LoRA (the reference is then a separate model), and
+    /// the errors of [`score`].
+    pub fn reference_scores(
+        &self,
+        request: &ScoreRequest,
+        options: &ScoringOptions,
+    ) -> Result<Vec<TokenScores>> {
+        let base = self.base.as_ref().ok_or_else(|| {
+            BackendError::InvalidInput(
+                "reference scores from the trainer need LoRA (without it the reference is a \
+                 separate frozen model)"
+                    .into(),
+            )
+        })?;
+        score(base, None, request, options, &self.core.device)
+    }
+
+    /// Scores `request` under the current policy (adapters merged) on the plain device.
+    ///
+    /// # Errors
+    /// As [`score`].
+    pub fn policy_scores(
+        &self,
+        request: &ScoreRequest,
+        options: &ScoringOptions,
+    ) -> Result<Vec<TokenScores>> {
+        score(
+            &self.inference_model()?,
+            None,
+            request,
+            options,
+            &self.core.device,
+        )
+    }
+
+    /// One optimisation step: [`Trainer::accumulate_gradients`] then
+    /// [`Trainer::apply_gradients`].
+    ///
+    /// # Errors
+    /// As those two.
+    pub fn step(&mut self, batch: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
+        let grads = self.accumulate_gradients(batch, objective)?;
+        self.apply_gradients(grads)
+    }
+
+    /// Forward and backward over every micro-batch of `batch`, gradients summed; the weights are
+    /// not changed.
+    ///
+    /// `seq_mean_token_sum_norm` without a `horizon` uses the longest response of the whole batch
+    /// (the padded length of the full batch), so that micro-batching does not change the loss.
+    ///
+    /// # Errors
+    /// [`BackendError::Train`] if the objective is invalid, needs an input the batch lacks
+    /// (`kl_loss` without `ref_logprobs`), or configures `train_infer_correction` (a
+    /// [`TrainSequence`] carries no rollout-engine log-probs besides `old_logprobs`);
+    /// [`BackendError::InvalidInput`] / [`BackendError::TokenOutOfVocab`] for a bad sequence.
+    pub fn accumulate_gradients(
+        &self,
+        batch: &TrainBatch,
+        objective: &Objective,
+    ) -> Result<BatchGradients> {
+        let objective = checked_objective(objective)?;
+        let model = self.core.module()?;
+        let plan = plan(batch, &self.core.config)?;
+        let mut objective = objective;
+        if let LossAggregation::SeqMeanTokenSumNorm { horizon: None } = objective.loss_aggregation {
+            objective.loss_aggregation = LossAggregation::SeqMeanTokenSumNorm {
+                horizon: Some(plan.max_response.max(1)),
+            };
+        }
+        let mut acc = GradientsAccumulator::<CausalLm>::new();
+        let mut sums = MetricSums::default();
+        let mut loss = 0.0;
+        let seqs = batch.sequences();
+        for indices in &plan.chunks {
+            let chunk = Chunk::new(
+                indices.iter().map(|&i| &seqs[i]).collect(),
+                model.vocab_size(),
+                &self.core.ad_device,
+            )?;
+            let inputs = policy_inputs(model, &chunk, objective.entropy_coef != 0.0);
+            let out = policy_objective(&objective, inputs, &plan.denominators)
+                .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
+            let grads = GradientsParams::from_grads(out.loss.backward(), model);
+            acc.accumulate(model, grads);
+            let m = out.metrics;
+            loss += f64::from(m.total_loss);
+            for (k, v) in [
+                ("pg_loss", m.pg_loss),
+                ("kl_loss", m.kl_loss),
+                ("entropy", m.entropy),
+            ] {
+                sums.add_sum(k, v);
+            }
+            for (k, v) in [
+                ("clip_frac_low", m.clip_frac_low),
+                ("clip_frac_high", m.clip_frac_high),
+                ("dual_clip_frac", m.dual_clip_frac),
+                ("approx_kl", m.approx_kl),
+                ("policy_kl", m.policy_kl),
+                ("ratio_mean", m.ratio_mean),
+            ] {
+                sums.add_mean(k, v, chunk.trained);
+            }
+            sums.add_tokens(chunk.trained);
+        }
+        Ok(BatchGradients {
+            grads: acc.grads(),
+            loss,
+            trained_tokens: plan.trained_tokens,
+            sequences: plan.sequences,
+            micro_batches: plan.chunks.len(),
+            metrics: sums.finish(),
+        })
+    }
+
+    /// Clips the global gradient norm (when configured) and applies one AdamW update at the
+    /// scheduled learning rate. Gradients of a batch without a trained token, or with a non-finite
+    /// norm, are dropped and the step count does not advance (`skipped` in the report).
+    ///
+    /// # Errors
+    /// [`BackendError::Train`] if the gradient norm cannot be read.
+    pub fn apply_gradients(&mut self, grads: BatchGradients) -> Result<TrainStepReport> {
+        self.core.apply_batch(grads)
+    }
+
+    /// Writes a checkpoint of everything a resumed run needs — weights (base, adapters), the
+    /// optimiser state, the step count, the random state, the config and `weight_version` — under
+    /// `dir`, atomically: a crash at any point leaves the previous checkpoint loadable. Returns
+    /// the directory that holds this checkpoint's files (inside `dir`).
+    ///
+    /// # Errors
+    /// [`BackendError::Checkpoint`] naming the file that could not be written.
+    pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
+        let model = self.core.module()?;
+        let meta = CheckpointMeta::new(
+            Role::Actor,
+            self.core.step,
+            weight_version,
+            self.core.rng,
+            self.core.config.clone(),
+            model.hf_config(),
+        );
+        checkpoint::save(dir.as_ref(), model, &self.core.optim, &meta)
+    }
+
+    /// Restores a trainer saved by [`Trainer::save_checkpoint`] on `device`, with the weight
+    /// version that was saved. The next step equals the one the saving trainer would have taken
+    /// (bit for bit on the same device and thread count).
+    ///
+    /// # Errors
+    /// [`BackendError::Checkpoint`] if `dir` holds no complete checkpoint, or one of another role
+    /// or format, or a file that does not match the model.
+    pub fn load_checkpoint(dir: impl AsRef<Path>, device: &Device) -> Result<(Self, u64)> {
+        let loaded = checkpoint::load(dir.as_ref(), Role::Actor)?;
+        let plain = device.clone().inner();
+        let fresh = CausalLm::init(&loaded.meta.model_config, &plain)?;
+        let lora = loaded.meta.config.lora.is_some();
+        // The base weights (and, without LoRA, everything) come from the record; the adapters of
+        // a LoRA checkpoint are applied after they are attached.
+        let model = checkpoint::apply_record(fresh, loaded.model.clone(), lora, &loaded.file)?;
+        let mut trainer = Self::build(model, loaded.meta.config.clone(), loaded.meta.rng, device)?;
+        if lora {
+            let adapted = trainer.core.module()?.clone();
+            let adapted = checkpoint::apply_record(adapted, loaded.model, false, &loaded.file)?;
+            trainer.core.set_module(adapted);
+        }
+        trainer.core.optim = super::core::adamw(&trainer.core.config).load_record(loaded.optimizer);
+        trainer.core.step = loaded.meta.step;
+        trainer.core.rng = loaded.meta.rng;
+        Ok((trainer, loaded.meta.weight_version))
+    }
+}
+
+/// Validates the objective and rejects what a [`TrainBatch`] cannot feed.
+pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
+    objective
+        .validate()
+        .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
+    if objective.train_infer_correction.is_some() {
+        return Err(BackendError::Train(
+            "objective.train_infer_correction needs the rollout engine's log-probs next to \
+             recomputed old log-probs, but a TrainSequence carries only old_logprobs"
+                .into(),
+        ));
+    }
+    Ok(objective.clone())
+}
+
+/// The objective's inputs for one micro-batch: log-probs (and entropy, with gradient only when
+/// the entropy bonus is on) of the response tokens, and the batch's per-token data.
+fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, entropy_grad: bool) -> PolicyInputs {
+    let hidden = chunk.response_hidden(model.forward_hidden(&chunk.tokens));
+    let logp_all = log_softmax(model.logits(hidden), 2);
+    let logp = logp_all
+        .clone()
+        .gather(2, chunk.targets.clone().unsqueeze_dim::<3>(2))
+        .squeeze_dim::<2>(2);
+    let ent_src = if entropy_grad {
+        logp_all
+    } else {
+        logp_all.detach()
+    };
+    let entropy = ent_src
+        .clone()
+        .exp()
+        .mul(ent_src)
+        .sum_dim(2)
+        .neg()
+        .squeeze_dim::<2>(2);
+    let mut inputs = PolicyInputs::new(
+        logp,
+        chunk.per_token(|s| &s.old_logprobs),
+        chunk.per_token(|s| &s.advantages),
+        chunk.mask.clone(),
+    )
+    .with_sample_weights(chunk.per_sequence(|s| s.weight))
+    .with_scores(chunk.per_sequence(|s| s.score))
+    .with_entropy(entropy);
+    if chunk.seqs.iter().all(|s| s.ref_logprobs.is_some()) {
+        inputs = inputs.with_ref_logp(
+            chunk.per_token(|s: &TrainSequence| s.ref_logprobs.as_deref().unwrap_or(&[])),
+        );
+    }
+    inputs
+}
