@@ -2,11 +2,11 @@
 
 use super::backend::DecodeBackend;
 use super::burn_decoder::BurnDecoder;
-use burn::tensor::Device;
 use super::config::EngineConfig;
 use super::core::{Command, EngineLoop, SharedStats, Submission};
 use super::request::RequestHandle;
 use crate::{BackendError, CausalLm, Result};
+use burn::tensor::Device;
 use roll_core::policy::GenerationRequest;
 use roll_core::{Tokenizer, WeightVersion};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -138,7 +138,13 @@ impl Engine {
         config: EngineConfig,
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self> {
-        Self::with_decoder(DecoderKind::auto(model, device), model, device, config, tokenizer)
+        Self::with_decoder(
+            DecoderKind::auto(model, device),
+            model,
+            device,
+            config,
+            tokenizer,
+        )
     }
 
     /// Starts an engine on a chosen decoder.
@@ -202,9 +208,10 @@ impl Engine {
         }
         let (events_tx, events) = unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
-        let submit = self.submit.as_ref().ok_or_else(|| {
-            BackendError::Engine("the engine is shutting down".into())
-        })?;
+        let submit = self
+            .submit
+            .as_ref()
+            .ok_or_else(|| BackendError::Engine("the engine is shutting down".into()))?;
         submit(Submission {
             request,
             events: events_tx,

@@ -121,8 +121,11 @@ impl TokenSampler {
         let filtered = self.top_k.is_some_and(|k| k < logits.len()) || self.top_p < 1.0;
         if !filtered {
             let total: f64 = logits.iter().map(|&l| weight(l)).sum();
-            return pick(logits.iter().enumerate().map(|(i, &l)| (i, weight(l))), u * total)
-                .unwrap_or(logits.len() - 1);
+            return pick(
+                logits.iter().enumerate().map(|(i, &l)| (i, weight(l))),
+                u * total,
+            )
+            .unwrap_or(logits.len() - 1);
         }
         // Candidates by descending logit, ties by ascending id: a total order, so the filtered
         // set is the same on every run.
@@ -149,7 +152,10 @@ impl TokenSampler {
         }
         let total: f64 = weights[..keep].iter().sum();
         pick(
-            order[..keep].iter().copied().zip(weights[..keep].iter().copied()),
+            order[..keep]
+                .iter()
+                .copied()
+                .zip(weights[..keep].iter().copied()),
             u * total,
         )
         .unwrap_or(order[keep - 1])
