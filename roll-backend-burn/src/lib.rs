@@ -51,6 +51,7 @@ pub mod engine;
 mod error;
 pub mod hf;
 pub mod models;
+mod policy;
 mod scoring;
 mod tokenizer;
 pub mod train;
@@ -60,6 +61,7 @@ pub use device::device;
 pub use error::{BackendError, Result};
 pub use hf::{GenerationConfig, HfConfig, SaveDtype, SaveOptions, load_model, save_model};
 pub use models::{CausalLm, PaddingSide, TokenBatch, ValueHead};
+pub use policy::{BurnPolicy, PolicyOptions};
 pub use scoring::{ScoringOptions, score, token_logprobs};
 pub use tokenizer::HfTokenizer;
 

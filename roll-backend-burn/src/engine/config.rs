@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub seed: u64,
     /// What a weight sync does to requests in flight.
     pub on_weight_sync: InFlightPolicy,
+    /// Version of the weights the engine starts with (a resumed run continues its count).
+    pub start_version: u64,
 }
 
 impl Default for EngineConfig {
@@ -45,6 +47,7 @@ impl Default for EngineConfig {
             eos_token_ids: Vec::new(),
             seed: 0,
             on_weight_sync: InFlightPolicy::Finish,
+            start_version: 0,
         }
     }
 }

@@ -127,11 +127,13 @@ impl<B: DecodeBackend> EngineLoop<B> {
             max_seqs: config.max_seqs,
             max_cached_tokens: config.max_cached_tokens,
         })?;
+        let version = WeightVersion(config.start_version);
+        stats.version.store(version.0, Ordering::Release);
         Ok(Self {
             config,
             tokenizer,
             weights: Arc::new(weights),
-            version: WeightVersion::default(),
+            version,
             cache,
             queue: VecDeque::new(),
             running: Vec::new(),
