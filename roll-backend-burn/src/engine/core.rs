@@ -17,6 +17,7 @@ use super::config::{EngineConfig, InFlightPolicy};
 use super::request::GenerationEvent;
 use super::sampler::{SampledToken, SplitMix64, TokenSampler};
 use crate::{BackendError, Result};
+use rayon::prelude::*;
 use roll_core::policy::{Generation, GenerationRequest};
 use roll_core::{FinishReason, Tokenizer, WeightVersion};
 use std::collections::VecDeque;
@@ -309,7 +310,6 @@ impl<B: DecodeBackend> EngineLoop<B> {
             }
         }
         let mut prefill = 0u64;
-        let mut sampled: Vec<(usize, Result<SampledToken>)> = Vec::new();
         let mut failed: Vec<(usize, String)> = Vec::new();
         // Group by weights (pointer identity); usually there is one group.
         let mut groups: Vec<Group<B>> = Vec::new();
@@ -323,6 +323,9 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 }),
             }
         }
+        // Logits of each group's call, and where each sequence's row is.
+        let mut outputs: Vec<(Vec<f32>, usize)> = Vec::with_capacity(groups.len());
+        let mut row_of: Vec<Option<(usize, usize)>> = vec![None; self.running.len()];
         for Group { weights, members } in groups {
             let inputs: Vec<StepInput<'_>> = members
                 .iter()
@@ -335,20 +338,18 @@ impl<B: DecodeBackend> EngineLoop<B> {
                     }
                 })
                 .collect();
-            let vocab = weights.vocab_size();
             match weights.forward(&mut self.cache, &inputs) {
                 Ok(logits) => {
                     for (row, &(i, n)) in members.iter().enumerate() {
                         let seq = &mut self.running[i];
+                        let before = seq.cached.min(seq.prompt_len);
                         seq.cached += n;
-                        if n > 1 || seq.cached == seq.prompt_len {
-                            prefill += n as u64;
-                        }
+                        prefill += (seq.cached.min(seq.prompt_len) - before) as u64;
                         if seq.cached == seq.tokens.len() {
-                            let row = &logits[row * vocab..(row + 1) * vocab];
-                            sampled.push((i, seq.sampler.sample(row)));
+                            row_of[i] = Some((outputs.len(), row));
                         }
                     }
+                    outputs.push((logits, weights.vocab_size()));
                 }
                 Err(e) => {
                     // The whole call failed: its sequences fail, the engine goes on.
@@ -356,6 +357,21 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 }
             }
         }
+        // Sampling is independent per sequence (own stream, own row), so it runs in parallel
+        // without changing any result.
+        let sampled: Vec<(usize, Result<SampledToken>)> = self
+            .running
+            .par_iter_mut()
+            .enumerate()
+            .filter_map(|(i, seq)| {
+                let (out, row) = row_of[i]?;
+                let (logits, vocab) = &outputs[out];
+                Some((
+                    i,
+                    seq.sampler.sample(&logits[row * vocab..(row + 1) * vocab]),
+                ))
+            })
+            .collect();
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         self.stats
             .prefill_tokens

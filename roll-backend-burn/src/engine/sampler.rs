@@ -101,13 +101,24 @@ impl TokenSampler {
     pub fn sample(&mut self, logits: &[f32]) -> Result<SampledToken> {
         let u = self.rng.next_f64();
         let (max, argmax) = max_and_argmax(logits)?;
-        let log_z = max as f64 + log_sum_exp_shifted(logits, max, 1.0);
+        // exp(l − max) once: the normaliser of the log-prob, and the weights of a plain
+        // temperature-1 draw.
+        let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+        let total: f64 = exps.iter().map(|&e| f64::from(e)).sum();
+        let log_z = f64::from(max) + total.ln(); // = max + log_sum_exp_shifted(logits, max)
+        let filtered = self.top_k.is_some_and(|k| k < logits.len()) || self.top_p < 1.0;
         let id = if self.is_greedy() {
             argmax
+        } else if self.temperature == 1.0 && !filtered {
+            pick(
+                exps.iter().enumerate().map(|(i, &e)| (i, f64::from(e))),
+                u * total,
+            )
+            .unwrap_or(logits.len() - 1)
         } else {
             self.draw(logits, max, u)
         };
-        let logprob = (logits[id] as f64 - log_z) as f32;
+        let logprob = (f64::from(logits[id]) - log_z) as f32;
         Ok(SampledToken {
             id: id as u32,
             logprob,
@@ -193,11 +204,12 @@ fn max_and_argmax(logits: &[f32]) -> Result<(f32, usize)> {
     Ok(best)
 }
 
-/// `log Σ exp((l − max) / t)`, accumulated in f64.
-fn log_sum_exp_shifted(logits: &[f32], max: f32, t: f64) -> f64 {
+/// `log Σ exp(l − max)`: f32 exponentials summed in f64, exactly as [`TokenSampler::sample`]
+/// computes its normaliser.
+fn log_sum_exp_shifted(logits: &[f32], max: f32) -> f64 {
     logits
         .iter()
-        .map(|&l| ((l as f64 - max as f64) / t).exp())
+        .map(|&l| f64::from((l - max).exp()))
         .sum::<f64>()
         .ln()
 }
@@ -216,7 +228,7 @@ pub fn logprobs_of(rows: &[&[f32]], ids: &[u32]) -> Result<Vec<f32>> {
                 id,
                 vocab_size: row.len(),
             })?;
-            Ok((l as f64 - max as f64 - log_sum_exp_shifted(row, max, 1.0)) as f32)
+            Ok((l as f64 - max as f64 - log_sum_exp_shifted(row, max)) as f32)
         })
         .collect()
 }
