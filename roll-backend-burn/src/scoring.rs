@@ -1,9 +1,8 @@
 //! Per-token log-probs, entropy and values of given sequences, in micro-batches — the reference
 //! and old-policy passes of RL.
 
-use crate::models::{CausalLm, PaddingSide, TokenBatch, ValueHead};
+use crate::models::{CausalLm, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy};
 use crate::{BackendError, Result};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use roll_core::policy::{ScoreRequest, TokenScores};
 
@@ -152,16 +151,8 @@ fn score_batch(
     let targets = Tensor::<2, Int>::from_data(TensorData::new(targets, [rows, width]), &device);
     let hidden = model.forward_hidden(batch);
     let values = value_head.map(|h| h.forward(hidden.clone()));
-    let logp = log_softmax(model.logits(hidden), 2);
-    let entropy = with_entropy.then(|| {
-        logp.clone()
-            .exp()
-            .mul(logp.clone())
-            .sum_dim(2)
-            .neg()
-            .reshape([rows, width])
-    });
-    let logprobs = token_logprobs(logp, targets);
+    let (logprobs, entropy) =
+        token_logprobs_and_entropy(model.logits(hidden), targets, with_entropy);
     Ok(Scored {
         width,
         logprobs: read(logprobs)?,
@@ -171,6 +162,9 @@ fn score_batch(
 }
 
 /// Gathers `log p(target)` from log-probabilities (or logits already normalised).
+///
+/// To go from raw logits, [`crate::models::token_logprobs_from_logits`] is faster and equal to
+/// round-off.
 ///
 /// # Shapes
 /// - `logp`: `[batch, seq, vocab]`, `targets`: `[batch, seq]`

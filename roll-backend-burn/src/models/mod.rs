@@ -1,12 +1,14 @@
 //! The Qwen-family decoders, one file per architecture, and [`CausalLm`], which holds any of them.
 
 pub mod common;
+mod logprobs;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 mod value_head;
 
 pub use common::{PaddingSide, TokenBatch};
+pub use logprobs::{token_logprobs_and_entropy, token_logprobs_from_logits};
 pub use value_head::ValueHead;
 
 use crate::hf::HfConfig;
