@@ -195,6 +195,42 @@ impl Rope {
         debug_assert_eq!(rotated.dims(), [b, h, t, d]);
         x * cos.clone() + rotated * sin.clone()
     }
+
+    /// The sine table with `rotate_half`'s sign folded in: `[−sin(first half), sin(second half)]`,
+    /// for [`Rope::rotate`].
+    ///
+    /// # Shapes
+    /// - `sin`: `[batch, 1, seq, head_dim]`
+    /// - output: like `sin`
+    pub fn signed_sin(sin: &Tensor<4>) -> Tensor<4> {
+        let half = sin.dims()[3] / 2;
+        Tensor::cat(
+            vec![
+                sin.clone().narrow(3, 0, half).neg(),
+                sin.clone().narrow(3, half, half),
+            ],
+            3,
+        )
+    }
+
+    /// [`Rope::apply`] with the sign of `rotate_half` already in the sine table (from
+    /// [`Rope::signed_sin`]): `x * cos + swap_halves(x) * signed_sin`, one pass fewer and the
+    /// same values (a sign flip is exact).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`, `cos`/`signed_sin`: `[batch, 1, seq, head_dim]`
+    /// - output: like `x`
+    pub fn rotate(x: Tensor<4>, cos: &Tensor<4>, signed_sin: &Tensor<4>) -> Tensor<4> {
+        let half = x.dims()[3] / 2;
+        let swapped = Tensor::cat(
+            vec![
+                x.clone().narrow(3, half, half),
+                x.clone().narrow(3, 0, half),
+            ],
+            3,
+        );
+        x * cos.clone() + swapped * signed_sin.clone()
+    }
 }
 
 /// Grouped-query self-attention with optional q/k/v bias and optional per-head QK-RMSNorm
@@ -297,13 +333,29 @@ impl Attention {
         // Grouped-query attention without copying k/v for every query head (HF `repeat_kv`):
         // the `rep` query heads that share kv head `j` (heads `j·rep .. (j+1)·rep`) are stacked
         // along the sequence axis, so one `[rep·t, d] × [d, t]` product serves the whole group.
-        let q = Rope::apply(q, cos, sin).reshape([b, kvh, rep * t, d]);
-        let k = Rope::apply(k, cos, sin);
+        // The softmax scale `1/√d`: when it is a power of two (`d` = 4, 16, 64, 256, ...) it is
+        // folded into the query's rotary tables, exactly, which saves a pass over the `[t, t]`
+        // scores; otherwise it scales the scores as HF does (folding would change the rounding).
         let scale = (d as f64).powf(-0.5);
-        let scores = q
-            .matmul(k.swap_dims(2, 3))
-            .mul_scalar(scale)
-            .reshape([b, kvh, rep, t, t]);
+        let exact = scale.log2().fract() == 0.0;
+        let sin = Rope::signed_sin(sin);
+        let q = if exact {
+            Rope::rotate(
+                q,
+                &cos.clone().mul_scalar(scale),
+                &sin.clone().mul_scalar(scale),
+            )
+        } else {
+            Rope::rotate(q, cos, &sin)
+        };
+        let k = Rope::rotate(k, cos, &sin);
+        let scores = q.reshape([b, kvh, rep * t, d]).matmul(k.swap_dims(2, 3));
+        let scores = if exact {
+            scores
+        } else {
+            scores.mul_scalar(scale)
+        };
+        let scores = scores.reshape([b, kvh, rep, t, t]);
         let mask = mask
             .clone()
             .reshape([b, 1, 1, t, t])
@@ -434,7 +486,14 @@ pub(crate) fn lm_logits(
     // forward and ~2x more backward (the weight gradient is summed over a `[b, h, vocab]` stack).
     let logits = match lm_head {
         Some(head) => linear_rows(head, rows),
-        None => rows.matmul(embed.weight.val().transpose()),
+        None => {
+            // `embedᵀ` copied contiguous: a transposed view would let small products take
+            // gemm's dot-product kernel, whose rounding differs from the big ones', so a row's
+            // logits would depend (in the last bits) on how many rows share the batch.
+            let [vocab, _] = embed.weight.dims();
+            let weight = embed.weight.val().transpose().reshape([h * vocab]);
+            rows.matmul(weight.reshape([h, vocab]))
+        }
     };
     let vocab = logits.dims()[1];
     logits.reshape([b, t, vocab])
