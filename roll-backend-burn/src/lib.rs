@@ -60,7 +60,10 @@ pub use chat_template::ChatTemplate;
 pub use device::device;
 pub use error::{BackendError, Result};
 pub use hf::{GenerationConfig, HfConfig, SaveDtype, SaveOptions, load_model, save_model};
-pub use models::{CausalLm, PaddingSide, TokenBatch, ValueHead};
+pub use models::{
+    CausalLm, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy,
+    token_logprobs_from_logits,
+};
 pub use policy::{BurnPolicy, PolicyOptions};
 pub use scoring::{ScoringOptions, score, token_logprobs};
 pub use tokenizer::HfTokenizer;

@@ -7,11 +7,11 @@ use super::core::{
 };
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
 use crate::models::CausalLm;
+use crate::models::token_logprobs_and_entropy;
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::Device;
-use burn::tensor::activation::log_softmax;
 use roll_algos::loss::{LossAggregation, PolicyInputs, policy_objective};
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use roll_core::{TrainBatch, TrainSequence};
@@ -353,23 +353,16 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
 /// the entropy bonus is on) of the response tokens, and the batch's per-token data.
 fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, entropy_grad: bool) -> PolicyInputs {
     let hidden = chunk.response_hidden(model.forward_hidden(&chunk.tokens));
-    let logp_all = log_softmax(model.logits(hidden), 2);
-    let logp = logp_all
-        .clone()
-        .gather(2, chunk.targets.clone().unsqueeze_dim::<3>(2))
-        .squeeze_dim::<2>(2);
-    let ent_src = if entropy_grad {
-        logp_all
+    // Straight from the logits: no [B, T, V] log-softmax is materialised, and the gradients are
+    // the analytic ones (see `token_logprobs_and_entropy`).
+    let (logp, entropy) =
+        token_logprobs_and_entropy(model.logits(hidden), chunk.targets.clone(), true);
+    let entropy = entropy.unwrap_or_else(|| logp.zeros_like());
+    let entropy = if entropy_grad {
+        entropy
     } else {
-        logp_all.detach()
+        entropy.detach()
     };
-    let entropy = ent_src
-        .clone()
-        .exp()
-        .mul(ent_src)
-        .sum_dim(2)
-        .neg()
-        .squeeze_dim::<2>(2);
     let mut inputs = PolicyInputs::new(
         logp,
         chunk.per_token(|s| &s.old_logprobs),
