@@ -1,1 +1,323 @@
 //! Hand-scheduled CPU decoding for dense Qwen models over a paged key/value cache.
+//!
+//! [`CpuDecoder`] holds a dense Qwen2 or Qwen3 model's weights in a decode-friendly layout;
+//! [`CpuCache`] holds the keys and values of many sequences in fixed-size blocks of
+//! [`BLOCK_TOKENS`] positions. Together they implement [`DecodeBackend`]:
+//!
+//! ```no_run
+//! use roll_backend_burn::engine::cpu::CpuDecoder;
+//! use roll_backend_burn::engine::{CacheConfig, DecodeBackend, SeqId, StepInput};
+//!
+//! let model = roll_backend_burn::load_model("tiny-qwen2", &roll_backend_burn::Device::flex())?;
+//! let decoder = CpuDecoder::from_model(&model)?;
+//! let mut cache = decoder.new_cache(&CacheConfig { max_seqs: 8, max_cached_tokens: 4096 })?;
+//! // A prefill and, in the same call, a decode would be two inputs.
+//! let prompt = [51, 28, 223];
+//! let logits = decoder.forward(&mut cache, &[StepInput { seq: SeqId(0), tokens: &prompt, start: 0 }])?;
+//! assert_eq!(logits.len(), decoder.vocab_size());
+//! decoder.release(&mut cache, SeqId(0));
+//! # Ok::<(), roll_backend_burn::BackendError>(())
+//! ```
+//!
+//! # How a step runs
+//!
+//! A [`DecodeBackend::forward`] call flattens every input's new tokens into one batch of `n`
+//! tokens (varlen batching, as vLLM does), so prefills and decodes share each GEMM. The residual
+//! stream is kept **transposed**, `[hidden, n]`, and every GEMM runs as `Wᵀ · Xᵀ` with the weight
+//! as gemm's left operand — at decode shapes 1.3–4× faster than `X · W` (measured by the
+//! `decode_kernels` bench). Per layer:
+//!
+//! 1. HF RMSNorm of each token;
+//! 2. **one** GEMM against `q|k|v`, fused at load time (`[(heads + 2·kv_heads)·head_dim, hidden]`),
+//!    plus biases;
+//! 3. Qwen3's per-head QK-RMSNorm, then HF `rotate_half` RoPE of queries and keys;
+//! 4. keys and values written into the sequence's cache blocks;
+//! 5. causal attention of each new token over its own sequence's positions `0..=pos`
+//!    (grouped-query: query head `j` reads kv head `j / (heads / kv_heads)`), tokens in parallel;
+//! 6. the output projection and the residual; RMSNorm, **one** GEMM against `gate|up` fused,
+//!    `silu(gate)·up`, the down projection and the residual.
+//!
+//! The final norm and the LM head run only on each input's last token: a prefill of a long prompt
+//! costs no `[prompt, vocab]` logits.
+//!
+//! GEMMs go through Burn's Flex backend (the `gemm` crate) on 2-D tensors built once at
+//! [`CpuDecoder::from_model`]; each weight is cut into row blocks multiplied concurrently with
+//! rayon (one per thread of the pool the decoder is built in) and inner slices of at most 512.
+//! Everything else is plain Rust over `f32` slices.
+//!
+//! # Batch invariance
+//!
+//! A sequence's logits are bit-identical whatever else shares the call. Every reduction outside
+//! the GEMMs (RMSNorm's sum of squares, attention dot products and softmax sums, the weighted sum
+//! of values) runs in a fixed order that depends only on the token being reduced, never on the
+//! batch or on which thread runs it. Flex's GEMM accumulates each output element in an order that
+//! depends only on the inner dimension, not on the number of tokens, except for a single token,
+//! where `gemm` switches to a matrix-vector kernel: a lone token is therefore padded to two. The
+//! tests check this bit for bit, mixing prefills and decodes, at the tiny fixture's shapes and at
+//! those of the benchmark's 28M-parameter model.
+//!
+//! # Numerics
+//!
+//! Everything is f32 and follows the formulas of [`crate::models`] term by term (HF RMSNorm
+//! `w · (x · (1/√(mean(x²) + ε)))`, RoPE angles `pos as f32 · inv_freq`, softmax with the maximum
+//! subtracted); only summation orders and the exponential (a polynomial within 2 ulps of libm's,
+//! so that it vectorises) differ, so logits agree with [`CausalLm::forward`] to float round-off
+//! (≤ 1.6e-5 on the fixtures and random Qwen3 models).
+
+mod cache;
+mod kernels;
+mod weights;
+
+pub use cache::{BLOCK_TOKENS, CpuCache};
+
+use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
+use crate::models::CausalLm;
+use crate::models::common::check_id;
+use crate::{BackendError, Device, Result};
+use burn::tensor::{Int, Tensor, TensorData};
+use kernels::{
+    HeadShape, add_in_place, attend, rms_norm_cols, rms_norm_in_place, rope_angles, rope_in_place,
+    silu_mul, transpose,
+};
+use rayon::prelude::*;
+use weights::Weights;
+
+/// A dense Qwen2/Qwen3 model's weights laid out for cached decoding on the CPU.
+///
+/// Built from a [`CausalLm`] by [`CpuDecoder::from_model`] (a copy: the model can be dropped or
+/// trained further). Mixture-of-experts models are not supported. See the [module
+/// docs](self) for how a step runs.
+#[derive(Debug, Clone)]
+pub struct CpuDecoder {
+    w: Weights,
+}
+
+impl CpuDecoder {
+    /// Copies `model`'s weights into the decoder's layout: transposed GEMM operands with `q|k|v`
+    /// and `gate|up` fused, cut into one row block per thread of the current rayon pool (build
+    /// the decoder inside the pool that will run it), and the embedding table, which a tied LM
+    /// head shares.
+    ///
+    /// # Errors
+    /// [`BackendError::UnsupportedByDecoder`] for [`CausalLm::Qwen3Moe`] (or MLP biases),
+    /// [`BackendError::InvalidConfig`] if a parameter's shape disagrees with the model's config.
+    pub fn from_model(model: &CausalLm) -> Result<Self> {
+        Ok(Self {
+            w: weights::extract(model, &Device::flex())?,
+        })
+    }
+
+    /// Decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.w.layers.len()
+    }
+
+    /// Key/value heads per layer.
+    pub fn num_kv_heads(&self) -> usize {
+        self.w.dims.kv_heads
+    }
+
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.w.dims.head_dim
+    }
+
+    /// Embedding rows of `ids`, `[ids.len(), hidden]`.
+    fn embed_rows(&self, ids: Vec<i32>) -> Result<Vec<f32>> {
+        let device = self.w.embed.device();
+        let n = ids.len();
+        let index = Tensor::<1, Int>::from_data(TensorData::new(ids, [n]), &device);
+        self.w
+            .embed
+            .clone()
+            .select(0, index)
+            .into_data()
+            .try_into_vec::<f32>()
+            .map_err(|e| BackendError::InvalidInput(format!("cannot read embeddings: {e:?}")))
+    }
+
+    /// Runs the layers over the flattened tokens of `inputs`, whose blocks `cache` has reserved,
+    /// and returns the logits after each input's last token.
+    fn run(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
+        let dims = self.w.dims;
+        let (hidden, heads, kv_heads, d) = (dims.hidden, dims.heads, dims.kv_heads, dims.head_dim);
+        let half = d / 2;
+        let q_width = heads * d;
+        let qkv_width = (heads + 2 * kv_heads) * d;
+        let shape = HeadShape {
+            heads,
+            kv_heads,
+            head_dim: d,
+        };
+
+        // Flatten: per token, its id, its input, its position and its RoPE angles.
+        let n: usize = inputs.iter().map(|i| i.tokens.len()).sum();
+        let mut ids = Vec::with_capacity(n);
+        let mut tok_input = Vec::with_capacity(n);
+        let mut tok_pos = Vec::with_capacity(n);
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for (i, input) in inputs.iter().enumerate() {
+            for (t, &id) in input.tokens.iter().enumerate() {
+                let pos = input.start + t;
+                ids.push(check_id(id, dims.vocab)?);
+                tok_input.push(i);
+                tok_pos.push(pos);
+                rope_angles(pos, &self.w.inv_freq, &mut cos, &mut sin);
+            }
+        }
+        let tables = inputs
+            .iter()
+            .map(|i| {
+                cache
+                    .seqs
+                    .get(&i.seq)
+                    .map(|e| e.blocks.clone())
+                    .ok_or_else(|| {
+                        BackendError::InvalidInput(format!(
+                            "sequence {:?} has no cache entry",
+                            i.seq
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        // The residual stream, transposed: `[hidden, n]`.
+        let mut xt = transpose(&self.embed_rows(ids)?, n, hidden);
+        for (l, layer) in self.w.layers.iter().enumerate() {
+            // Attention block: q|k|v per token.
+            let normed = rms_norm_cols(&xt, n, &layer.input_norm);
+            let mut qkv = transpose(layer.qkv.forward(normed, n)?.values()?, qkv_width, n);
+            for (t, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
+                let (c, s) = (
+                    &cos[t * half..(t + 1) * half],
+                    &sin[t * half..(t + 1) * half],
+                );
+                let (q, rest) = row.split_at_mut(q_width);
+                let k = &mut rest[..kv_heads * d];
+                if let Some((qn, kn)) = &layer.qk_norm {
+                    q.chunks_exact_mut(d).for_each(|h| rms_norm_in_place(h, qn));
+                    k.chunks_exact_mut(d).for_each(|h| rms_norm_in_place(h, kn));
+                }
+                q.chunks_exact_mut(d)
+                    .chain(k.chunks_exact_mut(d))
+                    .for_each(|h| rope_in_place(h, c, s));
+            }
+            for (t, row) in qkv.chunks_exact(qkv_width).enumerate() {
+                let (k, v) = row[q_width..].split_at(kv_heads * d);
+                for (g, (k, v)) in k.chunks_exact(d).zip(v.chunks_exact(d)).enumerate() {
+                    cache.write(l, &tables[tok_input[t]], tok_pos[t], g, k, v);
+                }
+            }
+            let (k_pool, v_pool) = (&cache.k[l], &cache.v[l]);
+            let mut attn = vec![0.0f32; n * q_width];
+            attn.par_chunks_mut(q_width)
+                .enumerate()
+                .for_each_init(Vec::new, |scores, (t, out)| {
+                    let q = &qkv[t * qkv_width..t * qkv_width + q_width];
+                    let blocks = &tables[tok_input[t]];
+                    attend(
+                        shape,
+                        q,
+                        k_pool,
+                        v_pool,
+                        blocks,
+                        tok_pos[t] + 1,
+                        scores,
+                        out,
+                    );
+                });
+            let o = layer.o.forward(transpose(&attn, n, q_width), n)?;
+            add_in_place(&mut xt, o.values()?);
+
+            // MLP block.
+            let normed = rms_norm_cols(&xt, n, &layer.post_norm);
+            let gate_up = layer.gate_up.forward(normed, n)?;
+            let down = layer.down.forward(silu_mul(gate_up.values()?), n)?;
+            add_in_place(&mut xt, down.values()?);
+        }
+
+        // Final norm and LM head on each input's last token only.
+        let m = inputs.len();
+        let last: Vec<usize> = inputs
+            .iter()
+            .scan(0, |end, i| {
+                *end += i.tokens.len();
+                Some(*end - 1)
+            })
+            .collect();
+        let mut last_t = Vec::with_capacity(hidden * m);
+        for row in xt.chunks_exact(n) {
+            last_t.extend(last.iter().map(|&t| row[t]));
+        }
+        let logits_t = self
+            .w
+            .lm_head
+            .forward(rms_norm_cols(&last_t, m, &self.w.final_norm), m)?;
+        Ok(transpose(logits_t.values()?, dims.vocab, m))
+    }
+}
+
+impl DecodeBackend for CpuDecoder {
+    type Cache = CpuCache;
+
+    fn vocab_size(&self) -> usize {
+        self.w.dims.vocab
+    }
+
+    fn new_cache(&self, config: &CacheConfig) -> Result<CpuCache> {
+        CpuCache::new(
+            self.num_layers(),
+            self.num_kv_heads(),
+            self.head_dim(),
+            config,
+        )
+    }
+
+    fn fits(&self, cache: &CpuCache) -> bool {
+        cache.layers == self.num_layers()
+            && cache.kv_heads == self.num_kv_heads()
+            && cache.head_dim == self.head_dim()
+    }
+
+    fn forward(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.fits(cache) {
+            return Err(BackendError::InvalidInput(format!(
+                "cache made for {} layers × {} kv heads × {} head_dim, model has {} × {} × {}",
+                cache.layers,
+                cache.kv_heads,
+                cache.head_dim,
+                self.num_layers(),
+                self.num_kv_heads(),
+                self.head_dim()
+            )));
+        }
+        let vocab_size = self.vocab_size();
+        for input in inputs {
+            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
+                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
+            }
+        }
+        let reservation = cache.reserve(inputs)?;
+        match self.run(cache, inputs) {
+            Ok(logits) => {
+                cache.commit(inputs);
+                Ok(logits)
+            }
+            Err(e) => {
+                cache.rollback(reservation);
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&self, cache: &mut CpuCache, seq: SeqId) {
+        cache.release(seq);
+    }
+}
+
+#[cfg(test)]
+mod tests;

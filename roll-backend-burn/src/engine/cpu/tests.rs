@@ -1,0 +1,469 @@
+//! Checks of the CPU decoder against the Burn models: prefill and incremental decode equal full
+//! forwards, greedy decoding reproduces the fixture's reference, batches are bit-invariant, and
+//! the paged cache reserves, releases and rejects as documented.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use crate::models::TokenBatch;
+use crate::{HfConfig, load_model};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(name)
+}
+
+fn tiny(name: &str) -> CausalLm {
+    load_model(fixture(name), &Device::flex()).expect("fixture loads")
+}
+
+/// Qwen3 with head_dim 24 != hidden 64 / heads 4, GQA 4/2, tied embeddings.
+fn qwen3_config() -> HfConfig {
+    let mut c = HfConfig::new("qwen3", 97, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(24);
+    c.tie_word_embeddings = true;
+    c.rope_theta = Some(1_000_000.0);
+    c
+}
+
+/// Qwen3 with attention biases, an untied LM head and no GQA sharing.
+fn qwen3_bias_config() -> HfConfig {
+    let mut c = HfConfig::new("qwen3", 89, 48, 80, 3, 3);
+    c.num_key_value_heads = Some(3);
+    c.head_dim = Some(16);
+    c.attention_bias = Some(true);
+    c.tie_word_embeddings = false;
+    c
+}
+
+/// The benchmark's "small" Qwen2 (hidden 512, 8/4 heads, ffn 1408, vocab 8192), 2 layers: the
+/// GEMM shapes whose row invariance batch invariance rests on.
+fn small_qwen2_config() -> HfConfig {
+    let mut c = HfConfig::new("qwen2", 8192, 512, 1408, 2, 8);
+    c.num_key_value_heads = Some(4);
+    c.tie_word_embeddings = true;
+    c
+}
+
+fn random(config: &HfConfig) -> CausalLm {
+    CausalLm::init(config, &Device::flex()).expect("valid config")
+}
+
+/// Deterministic pseudo-random token ids below `vocab`.
+fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// Logits `[len, vocab]` of a full forward of `seq` through the Burn model.
+fn full_logits(model: &CausalLm, seq: &[u32]) -> Vec<f32> {
+    let batch = TokenBatch::single(seq, model.vocab_size(), &Device::flex()).unwrap();
+    model.forward(&batch).into_data().try_into_vec().unwrap()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The tolerance for logits `want`: 1e-4, scaled up for models whose logits exceed ±10 (float
+/// round-off grows with the magnitude; the random `small-qwen2`, with N(0, 1) tied embeddings,
+/// has logits near ±100).
+fn tolerance(want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    1e-4 * (scale / 10.0).max(1.0)
+}
+
+fn cache_config(max_seqs: usize, max_cached_tokens: usize) -> CacheConfig {
+    CacheConfig {
+        max_seqs,
+        max_cached_tokens,
+    }
+}
+
+fn step<'a>(seq: u64, tokens: &'a [u32], start: usize) -> StepInput<'a> {
+    StepInput {
+        seq: SeqId(seq),
+        tokens,
+        start,
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The reference prompts of a fixture.
+fn fixture_prompts(name: &str) -> Vec<Vec<u32>> {
+    let text = std::fs::read_to_string(fixture(name).join("reference/cases.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c["input_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn models_under_test() -> Vec<(&'static str, CausalLm, Vec<Vec<u32>>)> {
+    let mut out = Vec::new();
+    for name in ["tiny-qwen2", "tiny-qwen2-sft"] {
+        let m = tiny(name);
+        let mut seqs = fixture_prompts(name);
+        seqs.push(ids(40, m.vocab_size(), 7));
+        out.push((name, m, seqs));
+    }
+    // `small-qwen2`: inner dimensions above 512 (sliced GEMMs), matrices cut into row blocks.
+    for (name, cfg) in [
+        ("qwen3", qwen3_config()),
+        ("qwen3-bias", qwen3_bias_config()),
+        ("small-qwen2", small_qwen2_config()),
+    ] {
+        let m = random(&cfg);
+        let v = m.vocab_size();
+        out.push((name, m, vec![ids(1, v, 1), ids(17, v, 2), ids(35, v, 3)]));
+    }
+    out
+}
+
+#[test]
+fn prefill_last_logits_match_full_forward() {
+    for (name, model, seqs) in models_under_test() {
+        let dec = CpuDecoder::from_model(&model).unwrap();
+        let v = dec.vocab_size();
+        let mut worst = 0.0f32;
+        for (i, seq) in seqs.iter().enumerate() {
+            let mut cache = dec.new_cache(&cache_config(4, 256)).unwrap();
+            let got = dec.forward(&mut cache, &[step(i as u64, seq, 0)]).unwrap();
+            let want = full_logits(&model, seq);
+            let want = &want[(seq.len() - 1) * v..];
+            let d = max_abs_diff(&got, want);
+            worst = worst.max(d);
+            assert!(d <= tolerance(want), "{name} seq {i}: max diff {d}");
+            assert_eq!(cache.cached_len(SeqId(i as u64)), seq.len());
+        }
+        println!("{name}: prefill max |Δlogit| = {worst:e}");
+    }
+}
+
+#[test]
+fn incremental_decode_matches_full_forward_at_every_step() {
+    for (name, model, seqs) in models_under_test() {
+        let dec = CpuDecoder::from_model(&model).unwrap();
+        let v = dec.vocab_size();
+        let seq = seqs.last().unwrap();
+        let want = full_logits(&model, seq);
+        let mut cache = dec.new_cache(&cache_config(2, 128)).unwrap();
+        let prefix = 3.min(seq.len());
+        let mut worst = 0.0f32;
+        let got = dec
+            .forward(&mut cache, &[step(9, &seq[..prefix], 0)])
+            .unwrap();
+        let first = &want[(prefix - 1) * v..prefix * v];
+        worst = worst.max(max_abs_diff(&got, first));
+        assert!(worst <= tolerance(first), "{name} prefix: max diff {worst}");
+        for p in prefix..seq.len() {
+            let got = dec.forward(&mut cache, &[step(9, &seq[p..=p], p)]).unwrap();
+            let want = &want[p * v..(p + 1) * v];
+            let d = max_abs_diff(&got, want);
+            assert!(d <= tolerance(want), "{name} position {p}: max diff {d}");
+            worst = worst.max(d);
+        }
+        let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        println!(
+            "{name}: incremental decode max |Δlogit| over {} steps = {worst:e} (max |logit| {scale})",
+            seq.len()
+        );
+    }
+}
+
+#[test]
+fn greedy_decoding_reproduces_the_fixture_reference() {
+    let text = std::fs::read_to_string(fixture("tiny-qwen2").join("reference/cases.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let as_ids = |key: &str| -> Vec<u32> {
+        v["greedy"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let (prompt, expected) = (as_ids("prompt_ids"), as_ids("new_tokens"));
+    let dec = CpuDecoder::from_model(&tiny("tiny-qwen2")).unwrap();
+    let mut cache = dec.new_cache(&cache_config(1, 64)).unwrap();
+    let mut logits = dec.forward(&mut cache, &[step(0, &prompt, 0)]).unwrap();
+    let mut generated = Vec::new();
+    let mut pos = prompt.len();
+    while generated.len() < expected.len() {
+        let next = argmax(&logits);
+        generated.push(next);
+        logits = dec.forward(&mut cache, &[step(0, &[next], pos)]).unwrap();
+        pos += 1;
+    }
+    assert_eq!(generated, expected);
+}
+
+/// Runs `seq` alone (prefill of `prefix`, then one decode per remaining token) and returns the
+/// logits of every call.
+fn alone(dec: &CpuDecoder, seq: &[u32], prefix: usize) -> Vec<Vec<f32>> {
+    let mut cache = dec.new_cache(&cache_config(1, 256)).unwrap();
+    let mut out = vec![
+        dec.forward(&mut cache, &[step(0, &seq[..prefix], 0)])
+            .unwrap(),
+    ];
+    for p in prefix..seq.len() {
+        out.push(dec.forward(&mut cache, &[step(0, &seq[p..=p], p)]).unwrap());
+    }
+    out
+}
+
+/// Sequence `target` (prefill then decodes) shares every call with other sequences: some in
+/// prefill, some decoding, a different mix at each step, placed before and after it. Its logits
+/// must equal those of running it alone, bit for bit.
+fn check_batch_invariance(model: &CausalLm, label: &str) {
+    let dec = CpuDecoder::from_model(model).unwrap();
+    let v = dec.vocab_size();
+    let target = ids(30, v, 99);
+    let prefix = 13;
+    let want = alone(&dec, &target, prefix);
+
+    let others: Vec<Vec<u32>> = (0..40)
+        .map(|i| ids(5 + (i * 7) % 31, v, i as u64))
+        .collect();
+    let mut cache = dec.new_cache(&cache_config(48, 48 * 64)).unwrap();
+    let mut cached = vec![0usize; others.len()];
+    // Steps: (first other, count, how many tokens each other appends at most).
+    let plan: Vec<(usize, usize, usize)> = vec![
+        (0, 5, 64),
+        (0, 12, 1),
+        (3, 20, 1),
+        (10, 30, 3),
+        (0, 40, 1),
+        (5, 33, 1),
+    ];
+    for (call, want_logits) in want.iter().enumerate() {
+        let (first, count, chunk) = plan[call % plan.len()];
+        let (t_tokens, t_start) = if call == 0 {
+            (&target[..prefix], 0)
+        } else {
+            let p = prefix + call - 1;
+            (&target[p..=p], p)
+        };
+        let mut inputs = Vec::new();
+        let mut spans = Vec::new();
+        for (j, other) in others.iter().enumerate().skip(first).take(count) {
+            let start = cached[j];
+            let remaining = other.len().saturating_sub(start);
+            if remaining == 0 {
+                continue;
+            }
+            let len = remaining.min(chunk);
+            spans.push((j, start + len));
+            inputs.push(step(100 + j as u64, &other[start..start + len], start));
+        }
+        // The target goes first, in the middle or last.
+        let at = match call % 3 {
+            0 => 0,
+            1 => inputs.len() / 2,
+            _ => inputs.len(),
+        };
+        inputs.insert(at, step(0, t_tokens, t_start));
+        let logits = dec.forward(&mut cache, &inputs).unwrap();
+        assert_eq!(logits.len(), inputs.len() * v);
+        let got = &logits[at * v..(at + 1) * v];
+        assert!(
+            got == want_logits.as_slice(),
+            "{label} call {call}: batched logits differ from alone (max diff {:e}, batch of {})",
+            max_abs_diff(got, want_logits),
+            inputs.len()
+        );
+        for (j, len) in spans {
+            cached[j] = len;
+        }
+    }
+}
+
+#[test]
+fn logits_are_bit_identical_alone_and_in_mixed_batches() {
+    check_batch_invariance(&tiny("tiny-qwen2"), "tiny-qwen2");
+    check_batch_invariance(&random(&qwen3_config()), "qwen3");
+}
+
+#[test]
+fn batch_invariance_holds_at_the_small_benchmark_shapes() {
+    check_batch_invariance(&random(&small_qwen2_config()), "small-qwen2");
+}
+
+#[test]
+fn released_blocks_are_reused_and_give_the_same_results() {
+    let model = tiny("tiny-qwen2");
+    let dec = CpuDecoder::from_model(&model).unwrap();
+    let v = dec.vocab_size();
+    // 2 sequences, 64 tokens: 4 + 2 blocks.
+    let mut cache = dec.new_cache(&cache_config(2, 64)).unwrap();
+    assert_eq!(cache.total_blocks(), 6);
+    let a = ids(33, v, 1); // 3 blocks
+    let b = ids(48, v, 2); // 3 blocks
+    let first = dec
+        .forward(&mut cache, &[step(1, &a, 0), step(2, &b, 0)])
+        .unwrap();
+    assert_eq!(cache.free_blocks(), 0);
+    assert_eq!(cache.num_seqs(), 2);
+    // Full: a third sequence is refused, and so is a token that needs a fourth block.
+    let err = dec.forward(&mut cache, &[step(3, &a[..1], 0)]).unwrap_err();
+    assert!(err.to_string().contains("max_seqs"), "{err}");
+    let err = dec.forward(&mut cache, &[step(1, &[1], 33), step(2, &[1], 48)]);
+    assert!(err.unwrap_err().to_string().contains("cache full"));
+    // Still consistent after the refusals.
+    assert_eq!(cache.cached_len(SeqId(1)), 33);
+    assert_eq!(cache.cached_len(SeqId(2)), 48);
+    assert_eq!(cache.free_blocks(), 0);
+
+    dec.release(&mut cache, SeqId(1));
+    dec.release(&mut cache, SeqId(77)); // unknown: ignored
+    assert_eq!(cache.free_blocks(), 3);
+    assert_eq!(cache.cached_len(SeqId(1)), 0);
+    // Reuse the freed blocks for the old id from scratch, then for a new id.
+    let again = dec.forward(&mut cache, &[step(1, &a, 0)]).unwrap();
+    assert_eq!(
+        again,
+        first[..v].to_vec(),
+        "same id, reused blocks, same logits"
+    );
+    // Truncation rolls positions back and frees the emptied block.
+    cache.truncate(SeqId(1), 20);
+    assert_eq!(cache.cached_len(SeqId(1)), 20);
+    assert_eq!(cache.free_blocks(), 1);
+    let redo = dec.forward(&mut cache, &[step(1, &a[20..], 20)]).unwrap();
+    assert_eq!(redo, first[..v].to_vec(), "re-decoding after truncate");
+    dec.release(&mut cache, SeqId(1));
+    let c = dec.forward(&mut cache, &[step(5, &a, 0)]).unwrap();
+    assert_eq!(c, first[..v].to_vec());
+    dec.release(&mut cache, SeqId(5));
+    // Sequence 2 still decodes as if nothing happened, into a fresh block.
+    let want = full_logits(&model, &[b.as_slice(), &[7]].concat());
+    let got = dec.forward(&mut cache, &[step(2, &[7], 48)]).unwrap();
+    assert!(max_abs_diff(&got, &want[48 * v..]) <= 1e-4);
+    assert_eq!(cache.free_blocks(), 2);
+    dec.release(&mut cache, SeqId(2));
+    assert_eq!(cache.free_blocks(), 6);
+    assert_eq!(cache.num_seqs(), 0);
+}
+
+#[test]
+fn bad_inputs_are_rejected_and_leave_the_cache_untouched() {
+    let dec = CpuDecoder::from_model(&tiny("tiny-qwen2")).unwrap();
+    let v = dec.vocab_size();
+    let mut cache = dec.new_cache(&cache_config(3, 40)).unwrap();
+    let a = ids(20, v, 3);
+    dec.forward(&mut cache, &[step(1, &a, 0)]).unwrap();
+    let free = cache.free_blocks();
+    let check = |cache: &CpuCache| {
+        assert_eq!(cache.cached_len(SeqId(1)), 20);
+        assert_eq!(cache.num_seqs(), 1);
+        assert_eq!(cache.free_blocks(), free);
+    };
+
+    let msg = |r: Result<Vec<f32>>| r.unwrap_err().to_string();
+    // start disagrees with the cache (names the sequence).
+    let e = msg(dec.forward(&mut cache, &[step(2, &a[..2], 0), step(1, &[3], 19)]));
+    assert!(e.contains("SeqId(1)") && e.contains("start 19"), "{e}");
+    check(&cache);
+    let e = msg(dec.forward(&mut cache, &[step(4, &a[..3], 2)]));
+    assert!(e.contains("SeqId(4)"), "{e}");
+    check(&cache);
+    // Twice in one call.
+    let e = msg(dec.forward(&mut cache, &[step(1, &[3], 20), step(1, &[4], 21)]));
+    assert!(e.contains("twice"), "{e}");
+    check(&cache);
+    // Empty input.
+    let e = msg(dec.forward(&mut cache, &[step(2, &[], 0)]));
+    assert!(e.contains("no tokens"), "{e}");
+    check(&cache);
+    // Out of vocabulary.
+    let r = dec.forward(&mut cache, &[step(2, &[1, v as u32], 0)]);
+    assert!(matches!(
+        r,
+        Err(BackendError::TokenOutOfVocab { id, vocab_size }) if id as usize == v && vocab_size == v
+    ));
+    check(&cache);
+    // Too many sequences (3 allowed, 1 cached).
+    let e = msg(dec.forward(
+        &mut cache,
+        &[step(2, &[1], 0), step(3, &[1], 0), step(4, &[1], 0)],
+    ));
+    assert!(e.contains("max_seqs"), "{e}");
+    check(&cache);
+    // Pool exhausted: 40 tokens + 3 sequences = 6 blocks; seq 1 holds 2.
+    let long = ids(70, v, 4);
+    let e = msg(dec.forward(&mut cache, &[step(2, &long, 0)]));
+    assert!(e.contains("cache full"), "{e}");
+    check(&cache);
+    // An empty call is a no-op.
+    assert!(dec.forward(&mut cache, &[]).unwrap().is_empty());
+    // Still usable.
+    assert_eq!(
+        dec.forward(&mut cache, &[step(1, &[5], 20)]).unwrap().len(),
+        v
+    );
+}
+
+#[test]
+fn caches_fit_models_of_the_same_shape_only() {
+    let base = CpuDecoder::from_model(&tiny("tiny-qwen2")).unwrap();
+    let sft = CpuDecoder::from_model(&tiny("tiny-qwen2-sft")).unwrap();
+    let q3 = CpuDecoder::from_model(&random(&qwen3_config())).unwrap();
+    let mut cache = base.new_cache(&cache_config(2, 32)).unwrap();
+    assert!(base.fits(&cache) && sft.fits(&cache) && !q3.fits(&cache));
+    // Weights swapped mid-sequence: the new weights continue the old cache.
+    let v = base.vocab_size();
+    let a = ids(10, v, 5);
+    base.forward(&mut cache, &[step(1, &a, 0)]).unwrap();
+    assert_eq!(
+        sft.forward(&mut cache, &[step(1, &[2], 10)]).unwrap().len(),
+        v
+    );
+    let e = q3.forward(&mut cache, &[step(1, &[2], 11)]).unwrap_err();
+    assert!(matches!(e, BackendError::InvalidInput(_)), "{e}");
+    assert!(base.new_cache(&cache_config(0, 10)).is_err());
+}
+
+#[test]
+fn moe_models_are_refused_with_a_clear_error() {
+    let mut c = qwen3_config();
+    c.model_type = "qwen3_moe".into();
+    c.num_experts = Some(4);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(32);
+    let err = CpuDecoder::from_model(&random(&c)).unwrap_err();
+    assert!(
+        matches!(&err, BackendError::UnsupportedByDecoder { what } if what.contains("qwen3_moe")),
+        "{err}"
+    );
+}
