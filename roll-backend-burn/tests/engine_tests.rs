@@ -15,7 +15,7 @@ use std::sync::Arc;
 use support::fixture;
 
 fn decoders() -> Vec<DecoderKind> {
-    vec![DecoderKind::Burn]
+    vec![DecoderKind::Cpu, DecoderKind::Burn]
 }
 
 fn sft() -> (CausalLm, Device) {
@@ -360,5 +360,50 @@ fn weight_sync_versions_and_in_flight_policies() {
             assert_eq!(after.weight_version, WeightVersion(1));
             assert_eq!(after.token_ids, expected_new.token_ids);
         }
+    }
+}
+
+/// Dense models on the CPU get the fast decoder; Qwen3-MoE falls back to the portable one and
+/// still generates exactly what a full forward's argmax gives.
+#[test]
+fn decoder_choice_and_the_moe_fallback() {
+    let (model, device) = sft();
+    assert_eq!(DecoderKind::auto(&model, &device), DecoderKind::Cpu);
+    assert_eq!(
+        DecoderKind::auto(&model, &device.clone().autodiff()),
+        DecoderKind::Cpu
+    );
+
+    let mut c = roll_backend_burn::HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(24);
+    c.num_experts = Some(4);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(32);
+    let moe = CausalLm::init(&c, &device).unwrap();
+    assert_eq!(DecoderKind::auto(&moe, &device), DecoderKind::Burn);
+    assert!(
+        Engine::with_decoder(
+            DecoderKind::Cpu,
+            &moe,
+            &device,
+            EngineConfig::default(),
+            None
+        )
+        .is_err()
+    );
+    let e = Engine::for_model(&moe, &device, EngineConfig::default(), None).unwrap();
+    let prompt = vec![3u32, 14, 15];
+    let g = run(&e, &prompt, greedy(5));
+    let mut seq = prompt.clone();
+    for &t in &g.token_ids {
+        let batch = roll_backend_burn::TokenBatch::single(&seq, 97, &device).unwrap();
+        let logits: Vec<f32> = moe.forward(&batch).into_data().try_into_vec().unwrap();
+        let last = &logits[(seq.len() - 1) * 97..];
+        let argmax = (0..97)
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
+            .unwrap();
+        assert_eq!(t as usize, argmax);
+        seq.push(t);
     }
 }

@@ -4,6 +4,7 @@ use super::backend::DecodeBackend;
 use super::burn_decoder::BurnDecoder;
 use super::config::EngineConfig;
 use super::core::{Command, EngineLoop, SharedStats, Submission};
+use super::cpu::CpuDecoder;
 use super::request::RequestHandle;
 use crate::{BackendError, CausalLm, Result};
 use burn::tensor::Device;
@@ -49,14 +50,22 @@ impl std::fmt::Debug for Engine {
 /// Which [`DecodeBackend`] an engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecoderKind {
+    /// [`CpuDecoder`]: CPU kernels over a paged key/value cache; dense Qwen2/Qwen3 only.
+    Cpu,
     /// [`BurnDecoder`]: any device, any architecture, recomputes each sequence every step.
     Burn,
 }
 
 impl DecoderKind {
-    /// The fastest decoder that covers `model` on `device`.
-    pub fn auto(_model: &CausalLm, _device: &Device) -> Self {
-        Self::Burn
+    /// The fastest decoder that covers `model` on `device`: [`DecoderKind::Cpu`] for dense models
+    /// on the CPU (Flex) device, [`DecoderKind::Burn`] otherwise.
+    pub fn auto(model: &CausalLm, device: &Device) -> Self {
+        let on_cpu = device.clone().inner() == Device::flex();
+        if on_cpu && !matches!(model, CausalLm::Qwen3Moe(_)) {
+            Self::Cpu
+        } else {
+            Self::Burn
+        }
     }
 }
 
@@ -159,6 +168,10 @@ impl Engine {
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self> {
         match kind {
+            DecoderKind::Cpu => {
+                let weights = CpuDecoder::from_model(model)?;
+                Self::start(weights, CpuDecoder::from_model, config, tokenizer)
+            }
             DecoderKind::Burn => {
                 let device = device.clone();
                 let weights = BurnDecoder::from_model(model, &device)?;

@@ -44,6 +44,7 @@ pub mod sampler;
 
 pub use backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 pub use burn_decoder::BurnDecoder;
+pub use cpu::{CpuCache, CpuDecoder};
 pub use config::{EngineConfig, InFlightPolicy};
 pub use handle::{DecoderKind, Engine, EngineStats};
 pub use request::{Aborter, GenerationEvent, RequestHandle};
