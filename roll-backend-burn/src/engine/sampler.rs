@@ -10,6 +10,7 @@
 //! so that importance ratios compare like with like. Temperature, top-k and top-p only decide
 //! which token is drawn.
 
+use super::cpu::kernels::exp;
 use crate::{BackendError, Result};
 use roll_core::policy::SamplingParams;
 
@@ -45,6 +46,8 @@ pub struct TokenSampler {
     top_k: Option<usize>,
     top_p: f32,
     rng: SplitMix64,
+    /// Reused buffer for one row's exponentials.
+    scratch: Vec<f32>,
 }
 
 /// One sampled token and its temperature-1 log-probability.
@@ -85,6 +88,7 @@ impl TokenSampler {
             top_k: params.top_k.map(|k| k as usize),
             top_p: params.top_p,
             rng: SplitMix64::new(seed),
+            scratch: Vec::new(),
         })
     }
 
@@ -103,9 +107,10 @@ impl TokenSampler {
         let (max, argmax) = max_and_argmax(logits)?;
         // exp(l − max) once: the normaliser of the log-prob, and the weights of a plain
         // temperature-1 draw.
-        let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
-        let total: f64 = exps.iter().map(|&e| f64::from(e)).sum();
-        let log_z = f64::from(max) + total.ln(); // = max + log_sum_exp_shifted(logits, max)
+        let mut exps = std::mem::take(&mut self.scratch);
+        shifted_exps(logits, max, &mut exps);
+        let total = sum_f64(&exps);
+        let log_z = f64::from(max) + total.ln();
         let filtered = self.top_k.is_some_and(|k| k < logits.len()) || self.top_p < 1.0;
         let id = if self.is_greedy() {
             argmax
@@ -118,6 +123,7 @@ impl TokenSampler {
         } else {
             self.draw(logits, max, u)
         };
+        self.scratch = exps;
         let logprob = (f64::from(logits[id]) - log_z) as f32;
         Ok(SampledToken {
             id: id as u32,
@@ -204,14 +210,32 @@ fn max_and_argmax(logits: &[f32]) -> Result<(f32, usize)> {
     Ok(best)
 }
 
-/// `log Σ exp(l − max)`: f32 exponentials summed in f64, exactly as [`TokenSampler::sample`]
-/// computes its normaliser.
+/// `exp(l − max)` of every logit, into `out` (the CPU kernels' vectorised exponential, within
+/// 2 ulps of libm's).
+fn shifted_exps(logits: &[f32], max: f32, out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(logits.iter().map(|&l| exp(l - max)));
+}
+
+/// A sum in f64 over four interleaved partial sums: a fixed order (so every run gives the same
+/// bits) that does not wait on one long chain of additions.
+fn sum_f64(values: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let chunks = values.chunks_exact(4);
+    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f64::from(v);
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
+/// `log Σ exp(l − max)`, exactly as [`TokenSampler::sample`] computes its normaliser.
 fn log_sum_exp_shifted(logits: &[f32], max: f32) -> f64 {
-    logits
-        .iter()
-        .map(|&l| f64::from((l - max).exp()))
-        .sum::<f64>()
-        .ln()
+    let mut exps = Vec::with_capacity(logits.len());
+    shifted_exps(logits, max, &mut exps);
+    sum_f64(&exps).ln()
 }
 
 /// Per-token log-probabilities of `ids` under the temperature-1 distributions in `rows`

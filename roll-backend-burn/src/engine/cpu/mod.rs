@@ -65,7 +65,7 @@
 //! (≤ 1.6e-5 on the fixtures and random Qwen3 models).
 
 mod cache;
-mod kernels;
+pub(crate) mod kernels;
 mod weights;
 
 pub use cache::{BLOCK_TOKENS, CpuCache};
