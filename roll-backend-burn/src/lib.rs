@@ -1,9 +1,17 @@
 //! # roll-backend-burn — roll's `Policy` on Burn
 //!
-//! This crate holds the Qwen-family models on Burn and everything that connects them to
-//! HuggingFace files and to roll-core's scoring types. Part 2 (inference engine with KV cache,
-//! trainer) builds on it.
+//! This crate holds the Qwen-family models on Burn, everything that connects them to HuggingFace
+//! files, and [`BurnPolicy`], roll-core's `Policy` on top of them.
 //!
+//! - **Policy** ([`BurnPolicy`]): actor, critic, reference or judge; `generate` through the
+//!   inference engine, `score` in micro-batches, `train_step` through the trainer, then a weight
+//!   sync to the engine and a measured train–inference log-prob gap.
+//! - **Inference engine** ([`engine`]): continuous batching on its own thread over a paged
+//!   key/value cache; per-request temperature, top-k, top-p, stop ids and strings, seeds
+//!   (reproducible whatever shares the batch), abort, streaming, weight sync.
+//! - **Trainer** ([`train`]): roll-algos objectives with token-exact gradient accumulation,
+//!   PyTorch-default AdamW, global-norm clipping, warmup/cosine schedules, LoRA, a critic, and
+//!   atomic checkpoints that resume bit for bit.
 //! - **Models** ([`models`]): Qwen2, Qwen3 and Qwen3-MoE, one readable file each, behind the
 //!   [`CausalLm`] enum; a [`ValueHead`] for critics; [`TokenBatch`] carries padding (left or
 //!   right) as an attention mask plus position ids, so padding never changes a result.
