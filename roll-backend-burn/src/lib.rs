@@ -59,7 +59,7 @@ pub mod engine;
 mod error;
 pub mod hf;
 pub mod models;
-mod policy;
+pub mod policy;
 mod scoring;
 mod tokenizer;
 pub mod train;

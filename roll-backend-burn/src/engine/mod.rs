@@ -16,7 +16,7 @@
 //! - Weight sync: [`Engine::sync_weights`] swaps weights between two steps and increments the
 //!   weight version; requests in flight finish on their old weights or restart
 //!   ([`InFlightPolicy`]).
-//! - Decoders ([`DecodeBackend`]): [`CpuDecoder`](cpu::CpuDecoder), fast kernels over a paged
+//! - Decoders ([`DecodeBackend`]): [`CpuDecoder`], fast kernels over a paged
 //!   key/value cache for dense Qwen models on the CPU, and [`BurnDecoder`], any device and any
 //!   architecture by recomputation. [`Engine::for_model`] picks one.
 //!
@@ -44,8 +44,8 @@ pub mod sampler;
 
 pub use backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 pub use burn_decoder::BurnDecoder;
-pub use cpu::{CpuCache, CpuDecoder};
 pub use config::{EngineConfig, InFlightPolicy};
+pub use cpu::{CpuCache, CpuDecoder};
 pub use handle::{DecoderKind, Engine, EngineStats};
 pub use request::{Aborter, GenerationEvent, RequestHandle};
 pub use sampler::{SampledToken, TokenSampler};
