@@ -2,12 +2,16 @@
 //! `tiny-qwen2` fixture (0.8M parameters) and a ~28M-parameter config (hidden 512, 8 layers,
 //! 8/4 heads, ffn 1408, vocab 8192, tied), the shapes of `shared/baselines.md`.
 //!
+//! Each model runs through the Burn path ([`score`]) and, as `<model>/cpu-decoder`, through
+//! [`CpuDecoder::score`].
+//!
 //! `cargo bench --bench scoring` (measure with the machine otherwise idle).
 
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use roll_backend_burn::engine::cpu::CpuDecoder;
 use roll_backend_burn::{CausalLm, Device, HfConfig, ScoringOptions, load_model, score};
 use roll_core::policy::{ScoreRequest, ScoreSequence};
 use std::path::PathBuf;
@@ -62,6 +66,12 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::from_parameter(name), &req, |b, req| {
             b.iter(|| score(model, None, req, &options, &device).expect("score"))
         });
+        let decoder = CpuDecoder::from_model(model).expect("dense model");
+        group.bench_with_input(
+            BenchmarkId::from_parameter(format!("{name}/cpu-decoder")),
+            &req,
+            |b, req| b.iter(|| decoder.score(req).expect("score")),
+        );
     }
     group.finish();
 }

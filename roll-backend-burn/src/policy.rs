@@ -1,5 +1,6 @@
 //! [`BurnPolicy`]: roll-core's [`Policy`] on a Burn model — the inference engine for `generate`,
-//! micro-batched scoring for `score`, and a trainer for `train_step`.
+//! micro-batched scoring for `score` (on the CPU decoder, [`CpuDecoder::score`], when the model
+//! runs there and has no value head), and a trainer for `train_step`.
 //!
 //! One type serves every model role of a pipeline:
 //! - **actor** ([`BurnPolicy::actor`]): generates, scores, trains; after each step the engine
@@ -17,6 +18,7 @@
 //! as `train_infer_logprob_gap` (it should stay ≤ 1e-4; ROLL users' most reported numerical
 //! problem is this gap growing unnoticed).
 
+use crate::engine::cpu::CpuDecoder;
 use crate::engine::{DecoderKind, Engine, EngineConfig};
 use crate::train::{CriticTrainer, Trainer, TrainerConfig};
 use crate::{
@@ -89,6 +91,37 @@ enum Role {
 struct Scorer {
     model: CausalLm,
     head: Option<ValueHead>,
+    /// The model in the CPU decoder's layout, when it scores faster there: no value head, and
+    /// [`DecoderKind::auto`] picks the CPU decoder for the model on the policy's device.
+    cpu: Option<Arc<CpuDecoder>>,
+}
+
+impl Scorer {
+    /// Wraps `model` (and `head`), building the CPU decoder copy where it applies.
+    ///
+    /// # Errors
+    /// If the CPU decoder cannot take the model's weights.
+    fn new(model: CausalLm, head: Option<ValueHead>, device: &Device) -> Result<Self> {
+        let cpu = if head.is_none() && DecoderKind::auto(&model, device) == DecoderKind::Cpu {
+            Some(Arc::new(CpuDecoder::from_model(&model)?))
+        } else {
+            None
+        };
+        Ok(Self { model, head, cpu })
+    }
+
+    /// Scores `request`: on the CPU decoder when there is one, through [`score`] otherwise.
+    fn score(
+        &self,
+        request: &ScoreRequest,
+        options: &ScoringOptions,
+        device: &Device,
+    ) -> Result<Vec<TokenScores>> {
+        match &self.cpu {
+            Some(cpu) => cpu.score(request),
+            None => score(&self.model, self.head.as_ref(), request, options, device),
+        }
+    }
 }
 
 struct Inner {
@@ -206,11 +239,12 @@ impl BurnPolicy {
             None
         };
         let own_version = AtomicU64::new(options.engine.start_version);
+        let scorer = Scorer::new(model, head, &device)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 device,
                 engine,
-                scorer: RwLock::new(Arc::new(Scorer { model, head })),
+                scorer: RwLock::new(Arc::new(scorer)),
                 role: Mutex::new(role),
                 scoring: options.scoring,
                 gap_probe_tokens: options.gap_probe_tokens,
@@ -254,18 +288,12 @@ impl BurnPolicy {
             Role::Actor(trainer) => {
                 let report = trainer.step(batch, objective)?;
                 let model = trainer.inference_model()?;
-                (report, Scorer { model, head: None })
+                (report, Scorer::new(model, None, &inner.device)?)
             }
             Role::Critic(trainer) => {
                 let report = trainer.step(batch, objective)?;
                 let (model, head) = trainer.inference_model()?;
-                (
-                    report,
-                    Scorer {
-                        model,
-                        head: Some(head),
-                    },
-                )
+                (report, Scorer::new(model, Some(head), &inner.device)?)
             }
         };
         drop(role);
@@ -354,16 +382,7 @@ impl Policy for BurnPolicy {
         let scorer = self.inner.scorer.read().map_err(|_| poisoned())?.clone();
         let inner = self.inner.clone();
         let request = request.clone();
-        blocking(move || {
-            score(
-                &scorer.model,
-                scorer.head.as_ref(),
-                &request,
-                &inner.scoring,
-                &inner.device,
-            )
-        })
-        .await
+        blocking(move || scorer.score(&request, &inner.scoring, &inner.device)).await
     }
 
     async fn train_step(

@@ -38,7 +38,9 @@
 //!    `silu(gate)·up`, the down projection and the residual.
 //!
 //! The final norm and the LM head run only on each input's last token: a prefill of a long prompt
-//! costs no `[prompt, vocab]` logits.
+//! costs no `[prompt, vocab]` logits. [`CpuDecoder::score`] runs the same layers with the LM head
+//! at the positions that predict response tokens instead, and reduces those logits to per-token
+//! log-probs and entropies.
 //!
 //! GEMMs go through Burn's Flex backend (the `gemm` crate) on 2-D tensors built once at
 //! [`CpuDecoder::from_model`]; each weight is cut into row blocks multiplied concurrently with
@@ -76,11 +78,15 @@ use crate::models::common::check_id;
 use crate::{BackendError, Device, Result};
 use burn::tensor::{Int, Tensor, TensorData};
 use kernels::{
-    HeadShape, add_in_place, attend, rms_norm_cols, rms_norm_in_place, rope_angles, rope_in_place,
-    silu_mul, transpose,
+    HeadShape, Product, add_in_place, attend, logprobs_and_entropy_t, rms_norm_cols,
+    rms_norm_in_place, rope_angles, rope_in_place, silu_mul, transpose,
 };
 use rayon::prelude::*;
+use roll_core::policy::{ScoreRequest, TokenScores};
 use weights::Weights;
+
+/// Tokens per forward call of [`CpuDecoder::score`]; bounds its live logits to this many rows.
+const SCORE_TOKENS: usize = 4096;
 
 /// A dense Qwen2/Qwen3 model's weights laid out for cached decoding on the CPU.
 ///
@@ -137,8 +143,14 @@ impl CpuDecoder {
     }
 
     /// Runs the layers over the flattened tokens of `inputs`, whose blocks `cache` has reserved,
-    /// and returns the logits after each input's last token.
-    fn run(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
+    /// and returns the logits, transposed (`[vocab, at.len()]`), after the flattened tokens `at`
+    /// (`None` when `at` is empty: the LM head does not run).
+    fn run(
+        &self,
+        cache: &mut CpuCache,
+        inputs: &[StepInput<'_>],
+        at: &[usize],
+    ) -> Result<Option<Product>> {
         let dims = self.w.dims;
         let (hidden, heads, kv_heads, d) = (dims.hidden, dims.heads, dims.kv_heads, dims.head_dim);
         let half = d / 2;
@@ -237,24 +249,199 @@ impl CpuDecoder {
             add_in_place(&mut xt, down.values()?);
         }
 
-        // Final norm and LM head on each input's last token only.
-        let m = inputs.len();
-        let last: Vec<usize> = inputs
+        // Final norm and LM head on the requested tokens only.
+        let m = at.len();
+        if m == 0 {
+            return Ok(None);
+        }
+        let mut picked_t = Vec::with_capacity(hidden * m);
+        for row in xt.chunks_exact(n) {
+            picked_t.extend(at.iter().map(|&t| row[t]));
+        }
+        self.w
+            .lm_head
+            .forward(rms_norm_cols(&picked_t, m, &self.w.final_norm), m)
+            .map(Some)
+    }
+
+    /// Checks `inputs` against `cache`, reserves their blocks, runs them (see [`Self::run`]) and
+    /// commits — or rolls the reservation back if the run fails.
+    fn step(
+        &self,
+        cache: &mut CpuCache,
+        inputs: &[StepInput<'_>],
+        at: &[usize],
+    ) -> Result<Option<Product>> {
+        if !self.fits(cache) {
+            return Err(BackendError::InvalidInput(format!(
+                "cache made for {} layers × {} kv heads × {} head_dim, model has {} × {} × {}",
+                cache.layers,
+                cache.kv_heads,
+                cache.head_dim,
+                self.num_layers(),
+                self.num_kv_heads(),
+                self.head_dim()
+            )));
+        }
+        let vocab_size = self.vocab_size();
+        for input in inputs {
+            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
+                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
+            }
+        }
+        let reservation = cache.reserve(inputs)?;
+        match self.run(cache, inputs, at) {
+            Ok(logits) => {
+                cache.commit(inputs);
+                Ok(logits)
+            }
+            Err(e) => {
+                cache.rollback(reservation);
+                Err(e)
+            }
+        }
+    }
+
+    /// Scores every sequence of `request` — `logprobs[t] = log p(response[t] | prompt,
+    /// response[..t])` and, when `request.with_entropy`, the entropy of that next-token
+    /// distribution — with the same semantics as [`crate::score`] without a value head
+    /// (`values` is always `None`; a sequence with an empty response gets empty results).
+    ///
+    /// Each sequence is prefilled into a temporary [`CpuCache`], the LM head running only at the
+    /// positions that predict response tokens. Sequences are packed, in request order, into
+    /// forward calls of at most 4096 tokens (a longer sequence is prefilled in pieces across
+    /// calls), which bounds the live logits to `4096 × vocab` floats. Results are batch-invariant:
+    /// a sequence's scores are bit-identical whatever else the request holds.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a sequence with a response but an empty prompt,
+    /// [`BackendError::TokenOutOfVocab`] for an id outside the vocabulary (in a sequence with a
+    /// response), or if the temporary cache cannot be allocated.
+    pub fn score(&self, request: &ScoreRequest) -> Result<Vec<TokenScores>> {
+        self.score_in_groups(request, SCORE_TOKENS)
+    }
+
+    /// [`Self::score`] with forward calls of at most `budget` tokens.
+    fn score_in_groups(&self, request: &ScoreRequest, budget: usize) -> Result<Vec<TokenScores>> {
+        /// Positions `start..end` of sequence `k` (an index into `todo`).
+        struct Piece {
+            k: usize,
+            start: usize,
+            end: usize,
+        }
+        let budget = budget.max(1);
+        let vocab = self.vocab_size();
+        let mut results = vec![TokenScores::default(); request.sequences.len()];
+        let mut todo = Vec::new();
+        for (i, s) in request.sequences.iter().enumerate() {
+            if s.response_ids.is_empty() {
+                results[i].entropy = request.with_entropy.then(Vec::new);
+                continue;
+            }
+            if s.prompt_ids.is_empty() {
+                return Err(BackendError::InvalidInput(format!(
+                    "sequence {i} has an empty prompt: its first response token has no context"
+                )));
+            }
+            todo.push(i);
+        }
+        let seqs: Vec<Vec<u32>> = todo
             .iter()
-            .scan(0, |end, i| {
-                *end += i.tokens.len();
-                Some(*end - 1)
+            .map(|&i| {
+                let s = &request.sequences[i];
+                [s.prompt_ids.as_slice(), s.response_ids.as_slice()].concat()
             })
             .collect();
-        let mut last_t = Vec::with_capacity(hidden * m);
-        for row in xt.chunks_exact(n) {
-            last_t.extend(last.iter().map(|&t| row[t]));
+        for &id in seqs.iter().flatten() {
+            check_id(id, vocab)?;
         }
-        let logits_t = self
-            .w
-            .lm_head
-            .forward(rms_norm_cols(&last_t, m, &self.w.final_norm), m)?;
-        Ok(transpose(logits_t.values()?, dims.vocab, m))
+
+        // Pack the sequences, in order, into groups of at most `budget` tokens, cutting a
+        // sequence where a group fills up.
+        let mut groups: Vec<Vec<Piece>> = Vec::new();
+        let (mut group, mut tokens) = (Vec::new(), 0);
+        for (k, seq) in seqs.iter().enumerate() {
+            let mut start = 0;
+            while start < seq.len() {
+                if tokens == budget {
+                    groups.push(std::mem::take(&mut group));
+                    tokens = 0;
+                }
+                let end = (start + budget - tokens).min(seq.len());
+                group.push(Piece { k, start, end });
+                tokens += end - start;
+                start = end;
+            }
+        }
+        if !group.is_empty() {
+            groups.push(group);
+        }
+        // After a group runs, its sequences hold positions `0..end` of their last piece.
+        let max_seqs = groups.iter().map(Vec::len).max().unwrap_or(0);
+        let max_cached = groups
+            .iter()
+            .map(|g| g.iter().map(|p| p.end).sum::<usize>())
+            .max()
+            .unwrap_or(0);
+        if max_seqs == 0 {
+            return Ok(results);
+        }
+        let mut cache = self.new_cache(&CacheConfig {
+            max_seqs,
+            max_cached_tokens: max_cached,
+        })?;
+
+        for (k, &i) in todo.iter().enumerate() {
+            let n = request.sequences[i].response_ids.len();
+            results[i] = TokenScores {
+                logprobs: vec![0.0; n],
+                entropy: request.with_entropy.then(|| vec![0.0; n]),
+                values: None,
+            };
+            debug_assert_eq!(seqs[k].len(), request.sequences[i].prompt_ids.len() + n);
+        }
+        for group in &groups {
+            let mut inputs = Vec::with_capacity(group.len());
+            // Flattened token, target id, and (sequence, response index) of each scored position.
+            let (mut at, mut targets, mut dest) = (Vec::new(), Vec::new(), Vec::new());
+            let mut offset = 0;
+            for p in group {
+                let seq = &seqs[p.k];
+                let prompt = request.sequences[todo[p.k]].prompt_ids.len();
+                inputs.push(StepInput {
+                    seq: SeqId(p.k as u64),
+                    tokens: &seq[p.start..p.end],
+                    start: p.start,
+                });
+                for q in p.start.max(prompt - 1)..p.end.min(seq.len() - 1) {
+                    at.push(offset + q - p.start);
+                    targets.push(seq[q + 1]);
+                    dest.push((todo[p.k], q + 1 - prompt));
+                }
+                offset += p.end - p.start;
+            }
+            let logits_t = self.step(&mut cache, &inputs, &at)?;
+            if let Some(logits_t) = logits_t {
+                let (logprobs, entropy) = logprobs_and_entropy_t(
+                    logits_t.values()?,
+                    at.len(),
+                    &targets,
+                    request.with_entropy,
+                );
+                for (j, &(i, t)) in dest.iter().enumerate() {
+                    results[i].logprobs[t] = logprobs[j];
+                    if let Some(e) = &mut results[i].entropy {
+                        e[t] = entropy[j];
+                    }
+                }
+            }
+            for p in group {
+                if p.end == seqs[p.k].len() {
+                    cache.release(SeqId(p.k as u64));
+                }
+            }
+        }
+        Ok(results)
     }
 }
 
@@ -284,33 +471,18 @@ impl DecodeBackend for CpuDecoder {
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        if !self.fits(cache) {
-            return Err(BackendError::InvalidInput(format!(
-                "cache made for {} layers × {} kv heads × {} head_dim, model has {} × {} × {}",
-                cache.layers,
-                cache.kv_heads,
-                cache.head_dim,
-                self.num_layers(),
-                self.num_kv_heads(),
-                self.head_dim()
-            )));
-        }
-        let vocab_size = self.vocab_size();
-        for input in inputs {
-            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
-                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
-            }
-        }
-        let reservation = cache.reserve(inputs)?;
-        match self.run(cache, inputs) {
-            Ok(logits) => {
-                cache.commit(inputs);
-                Ok(logits)
-            }
-            Err(e) => {
-                cache.rollback(reservation);
-                Err(e)
-            }
+        // The LM head runs on each input's last token only (an empty input is rejected by
+        // `step` before anything runs).
+        let last: Vec<usize> = inputs
+            .iter()
+            .scan(0, |end, i| {
+                *end += i.tokens.len();
+                Some(end.saturating_sub(1))
+            })
+            .collect();
+        match self.step(cache, inputs, &last)? {
+            Some(logits_t) => Ok(transpose(logits_t.values()?, self.vocab_size(), last.len())),
+            None => Ok(Vec::new()),
         }
     }
 

@@ -467,3 +467,147 @@ fn moe_models_are_refused_with_a_clear_error() {
         "{err}"
     );
 }
+
+/// A request of sequences of different lengths, with one empty response and a one-token prompt.
+fn score_request(vocab: usize, with_entropy: bool) -> roll_core::policy::ScoreRequest {
+    use roll_core::policy::{ScoreRequest, ScoreSequence};
+    let seq = |prompt: usize, response: usize, seed: u64| {
+        let all = ids(prompt + response, vocab, seed);
+        ScoreSequence {
+            prompt_ids: all[..prompt].to_vec(),
+            response_ids: all[prompt..].to_vec(),
+        }
+    };
+    ScoreRequest {
+        sequences: vec![
+            seq(5, 12, 11),
+            seq(1, 30, 12),
+            seq(9, 0, 13),
+            seq(17, 3, 14),
+            seq(3, 1, 15),
+            seq(40, 25, 16),
+        ],
+        with_entropy,
+    }
+}
+
+fn burn_scores(
+    model: &CausalLm,
+    request: &roll_core::policy::ScoreRequest,
+) -> Result<Vec<roll_core::policy::TokenScores>> {
+    crate::score(
+        model,
+        None,
+        request,
+        &crate::ScoringOptions::default(),
+        &Device::flex(),
+    )
+}
+
+#[test]
+fn scores_match_the_burn_scoring_path() {
+    let models = [
+        ("tiny-qwen2", tiny("tiny-qwen2")),
+        ("tiny-qwen2-sft", tiny("tiny-qwen2-sft")),
+        ("qwen3", random(&qwen3_config())),
+    ];
+    for (name, model) in &models {
+        let dec = CpuDecoder::from_model(model).unwrap();
+        for with_entropy in [false, true] {
+            let request = score_request(model.vocab_size(), with_entropy);
+            let want = burn_scores(model, &request).unwrap();
+            let got = dec.score(&request).unwrap();
+            assert_eq!(got.len(), want.len());
+            // Absolute differences, and relative to `max(1, |want|)` (f32 round-off of a logit of
+            // magnitude ~20 is already ~1e-6 per operation).
+            let (mut lp_diff, mut ent_diff, mut lp_rel) = (0.0f32, 0.0f32, 0.0f32);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.logprobs.len(), w.logprobs.len(), "{name}");
+                assert_eq!(g.entropy.is_some(), w.entropy.is_some(), "{name}");
+                assert_eq!(g.values, None, "{name}");
+                assert_eq!(w.values, None, "{name}");
+                lp_diff = lp_diff.max(max_abs_diff(&g.logprobs, &w.logprobs));
+                for (x, y) in g.logprobs.iter().zip(&w.logprobs) {
+                    lp_rel = lp_rel.max((x - y).abs() / y.abs().max(1.0));
+                }
+                if let (Some(ge), Some(we)) = (&g.entropy, &w.entropy) {
+                    ent_diff = ent_diff.max(max_abs_diff(ge, we));
+                }
+            }
+            println!(
+                "{name} entropy={with_entropy}: logprobs {lp_diff:e} (relative {lp_rel:e}), \
+                 entropy {ent_diff:e}"
+            );
+            assert!(
+                lp_rel <= 1e-5,
+                "{name}: logprob diff {lp_diff} (relative {lp_rel})"
+            );
+            assert!(ent_diff <= 1e-4, "{name}: entropy diff {ent_diff}");
+
+            // Small groups cut sequences across forward calls; results stay bit-identical.
+            for budget in [1, 7, 16, 40] {
+                assert_eq!(
+                    dec.score_in_groups(&request, budget).unwrap(),
+                    got,
+                    "{name} budget {budget}"
+                );
+            }
+            // Each sequence scored alone gives the same bits as in the batch.
+            for (s, g) in request.sequences.iter().zip(&got) {
+                let alone = roll_core::policy::ScoreRequest {
+                    sequences: vec![s.clone()],
+                    with_entropy,
+                };
+                assert_eq!(&dec.score(&alone).unwrap()[0], g, "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn score_errors_match_the_burn_scoring_path() {
+    use roll_core::policy::{ScoreRequest, ScoreSequence};
+    let model = tiny("tiny-qwen2");
+    let dec = CpuDecoder::from_model(&model).unwrap();
+    let v = model.vocab_size() as u32;
+    let seq = |prompt: Vec<u32>, response: Vec<u32>| ScoreSequence {
+        prompt_ids: prompt,
+        response_ids: response,
+    };
+    let cases = [
+        // A response without a prompt.
+        vec![seq(vec![1, 2], vec![3]), seq(vec![], vec![4, 5])],
+        // An id outside the vocabulary, in the prompt and in the response.
+        vec![seq(vec![1, v], vec![3])],
+        vec![seq(vec![1, 2], vec![3]), seq(vec![1], vec![v + 5])],
+    ];
+    for sequences in cases {
+        let request = ScoreRequest {
+            sequences,
+            with_entropy: true,
+        };
+        let want = burn_scores(&model, &request).unwrap_err();
+        let got = dec.score(&request).unwrap_err();
+        assert_eq!(
+            std::mem::discriminant(&got),
+            std::mem::discriminant(&want),
+            "{got} vs {want}"
+        );
+        assert_eq!(got.to_string(), want.to_string());
+    }
+    // Empty responses (even with an empty prompt or out-of-vocab ids) and empty requests are
+    // fine.
+    let request = ScoreRequest {
+        sequences: vec![seq(vec![], vec![]), seq(vec![v], vec![])],
+        with_entropy: true,
+    };
+    assert_eq!(
+        dec.score(&request).unwrap(),
+        burn_scores(&model, &request).unwrap()
+    );
+    let empty = ScoreRequest {
+        sequences: vec![],
+        with_entropy: false,
+    };
+    assert!(dec.score(&empty).unwrap().is_empty());
+}
