@@ -148,16 +148,18 @@ fn continuous_batching_matches_running_each_request_alone() {
             // Wait until request 0 has produced three tokens, then add two more.
             let mut seen = 0;
             while seen < 3 {
-                if let Some(GenerationEvent::Token(_)) = first.next_event().await {
-                    seen += 1;
+                match first.next_event().await {
+                    Some(GenerationEvent::Token(_)) => seen += 1,
+                    other => panic!("{kind:?}: expected a token, got {other:?}"),
                 }
             }
             let second = submit(1);
             let mut to_abort = aborted;
             let mut streamed = Vec::new();
             while streamed.len() < 2 {
-                if let Some(GenerationEvent::Token(t)) = to_abort.next_event().await {
-                    streamed.push(t.id);
+                match to_abort.next_event().await {
+                    Some(GenerationEvent::Token(t)) => streamed.push(t.id),
+                    other => panic!("{kind:?}: expected a token, got {other:?}"),
                 }
             }
             to_abort.abort();
@@ -338,10 +340,10 @@ fn weight_sync_versions_and_in_flight_policies() {
                 .submit(GenerationRequest::new(vec![7, 8, 9], sampled(40, 3)))
                 .unwrap();
             // Make sure it has started before the sync.
-            while !matches!(
-                in_flight.next_event_blocking(),
-                Some(GenerationEvent::Token(_))
-            ) {}
+            match in_flight.next_event_blocking() {
+                Some(GenerationEvent::Token(_)) => {}
+                other => panic!("{kind:?}: expected a token, got {other:?}"),
+            }
             let v = e.sync_weights_blocking(&tuned).unwrap();
             assert_eq!(v, WeightVersion(1));
             assert_eq!(e.weight_version(), WeightVersion(1));
@@ -405,5 +407,37 @@ fn decoder_choice_and_the_moe_fallback() {
             .unwrap();
         assert_eq!(t as usize, argmax);
         seq.push(t);
+    }
+}
+
+/// A token budget smaller than the decoding batch serves sequences in turn: all finish, each with
+/// exactly the tokens it gets alone.
+#[test]
+fn a_tight_token_budget_serves_every_sequence_in_turn() {
+    let (model, device) = sft();
+    for kind in decoders() {
+        let alone: Vec<_> = {
+            let e = engine(kind, &model, &device, EngineConfig::default());
+            (0..4u32)
+                .map(|i| run(&e, &[60 + i, 61], sampled(10, u64::from(i))))
+                .collect()
+        };
+        let config = EngineConfig {
+            max_batch_tokens: 2,
+            ..EngineConfig::default()
+        };
+        let e = engine(kind, &model, &device, config);
+        let handles: Vec<_> = (0..4u32)
+            .map(|i| {
+                e.submit(GenerationRequest::new(
+                    vec![60 + i, 61],
+                    sampled(10, u64::from(i)),
+                ))
+                .unwrap()
+            })
+            .collect();
+        for (h, expected) in handles.into_iter().zip(&alone) {
+            assert_eq!(h.wait().unwrap().token_ids, expected.token_ids, "{kind:?}");
+        }
     }
 }

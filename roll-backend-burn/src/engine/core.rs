@@ -114,6 +114,8 @@ pub(super) struct EngineLoop<B: DecodeBackend> {
     running: Vec<Sequence<B>>,
     reserved: usize,
     next_seq: u64,
+    /// Where the next step starts serving decode tokens (round robin under a tight budget).
+    decode_cursor: usize,
     stats: Arc<SharedStats>,
 }
 
@@ -140,6 +142,7 @@ impl<B: DecodeBackend> EngineLoop<B> {
             running: Vec::new(),
             reserved: 0,
             next_seq: 0,
+            decode_cursor: 0,
             stats,
         })
     }
@@ -295,10 +298,16 @@ impl<B: DecodeBackend> EngineLoop<B> {
         // Decode tokens first (one each, oldest first), then prompt chunks.
         let mut budget = self.config.max_batch_tokens;
         let mut plan: Vec<(usize, usize)> = Vec::new(); // (running index, tokens fed)
-        for (i, seq) in self.running.iter().enumerate() {
-            if seq.tokens.len() - seq.cached == 1 && budget > 0 {
+        // When the budget is smaller than the decoding batch, start where the last step stopped,
+        // so every sequence advances in turn.
+        let n = self.running.len();
+        let start = self.decode_cursor;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if self.running[i].tokens.len() - self.running[i].cached == 1 && budget > 0 {
                 plan.push((i, 1));
                 budget -= 1;
+                self.decode_cursor = i + 1;
             }
         }
         for (i, seq) in self.running.iter().enumerate() {
