@@ -8,24 +8,20 @@
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
 
+mod common;
+use common::small_model;
+
 use burn::tensor::{Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use roll_backend_burn::engine::cpu::CpuDecoder;
 use roll_backend_burn::engine::{CacheConfig, DecodeBackend, SeqId, StepInput};
-use roll_backend_burn::{CausalLm, Device, HfConfig, load_model};
+use roll_backend_burn::{Device, load_model};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Tokens cached before the timed step; the step appends the 48th.
 const CONTEXT: usize = 47;
 const BATCHES: [usize; 4] = [1, 8, 32, 64];
-
-fn small_model(device: &Device) -> CausalLm {
-    let mut cfg = HfConfig::new("qwen2", 8192, 512, 1408, 8, 8);
-    cfg.num_key_value_heads = Some(4);
-    cfg.tie_word_embeddings = true;
-    CausalLm::init(&cfg, device).expect("valid config")
-}
 
 fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     let mut state = 0x2545_f491_u64 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);

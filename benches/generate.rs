@@ -10,21 +10,17 @@
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
 
+mod common;
+use common::small_model;
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
-use roll_backend_burn::{CausalLm, Device, HfConfig, load_model};
+use roll_backend_burn::{Device, load_model};
 use roll_core::policy::{GenerationRequest, SamplingParams};
 use std::path::PathBuf;
 
 const PROMPT: usize = 16;
 const NEW: u32 = 64;
-
-fn small_model(device: &Device) -> CausalLm {
-    let mut cfg = HfConfig::new("qwen2", 8192, 512, 1408, 8, 8);
-    cfg.num_key_value_heads = Some(4);
-    cfg.tie_word_embeddings = true;
-    CausalLm::init(&cfg, device).expect("valid config")
-}
 
 fn generate(engine: &Engine, batch: usize, vocab: usize, round: u64) -> usize {
     let handles: Vec<_> = (0..batch)

@@ -10,9 +10,12 @@
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
 
+mod common;
+use common::small_model;
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use roll_backend_burn::engine::cpu::CpuDecoder;
-use roll_backend_burn::{CausalLm, Device, HfConfig, ScoringOptions, load_model, score};
+use roll_backend_burn::{Device, ScoringOptions, load_model, score};
 use roll_core::policy::{ScoreRequest, ScoreSequence};
 use std::path::PathBuf;
 
@@ -39,13 +42,6 @@ fn request(vocab: usize) -> ScoreRequest {
             .collect(),
         with_entropy: false,
     }
-}
-
-fn small_model(device: &Device) -> CausalLm {
-    let mut cfg = HfConfig::new("qwen2", 8192, 512, 1408, 8, 8);
-    cfg.num_key_value_heads = Some(4);
-    cfg.tie_word_embeddings = true;
-    CausalLm::init(&cfg, device).expect("valid config")
 }
 
 fn bench(c: &mut Criterion) {

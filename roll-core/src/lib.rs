@@ -31,6 +31,7 @@ pub mod error;
 pub mod pipeline;
 pub mod policy;
 pub mod reward;
+pub mod rng;
 pub mod scheduler;
 pub mod strategy;
 #[cfg(feature = "testing")]

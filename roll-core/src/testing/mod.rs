@@ -16,11 +16,10 @@
 mod echo_env;
 mod mock_policy;
 mod rewards;
-mod rng;
 mod tokenizer;
 
+pub use crate::rng::SplitMix64;
 pub use echo_env::EchoEnv;
 pub use mock_policy::MockPolicy;
 pub use rewards::{ConstantReward, FailingReward};
-pub use rng::SplitMix64;
 pub use tokenizer::ByteTokenizer;

@@ -1,6 +1,7 @@
-//! A tiny deterministic random number generator for mocks.
+//! A tiny deterministic random number generator: per-request sampling streams, mocks, seeds.
 
-/// splitmix64: small, fast, and good enough for test sampling; no dependency.
+/// splitmix64: small, fast, splittable by seed, and good enough for token sampling; no
+/// dependency.
 #[derive(Debug, Clone)]
 pub struct SplitMix64(u64);
 
