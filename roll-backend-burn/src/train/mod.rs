@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use roll_backend_burn::train::{LoraConfig, Trainer, TrainerConfig};
-//! # fn batch() -> roll_core::TrainBatch { unimplemented!() }
+//! use roll_core::{SampleId, TrainBatch, TrainSequence};
 //! let device = roll_backend_burn::Device::flex();
 //! let model = roll_backend_burn::load_model("tiny-qwen2", &device)?;
 //! let config = TrainerConfig {
@@ -23,12 +23,25 @@
 //!     lora: Some(LoraConfig { rank: 8, alpha: 16.0, target_modules: vec!["q_proj".into(), "v_proj".into()] }),
 //!     ..TrainerConfig::default()
 //! };
+//! let batch = TrainBatch::new(vec![TrainSequence {
+//!     sample: SampleId(0),
+//!     prompt_ids: vec![1, 2, 3],
+//!     response_ids: vec![4, 5],
+//!     loss_mask: vec![true; 2],
+//!     old_logprobs: vec![-1.0; 2],
+//!     ref_logprobs: None,
+//!     advantages: vec![1.0; 2],
+//!     returns: None,
+//!     old_values: None,
+//!     weight: 1.0,
+//!     score: 1.0,
+//! }])?;
 //! let mut trainer = Trainer::new(model, config, &device)?;
-//! let report = trainer.step(&batch(), &roll_core::policy::Objective::default())?;
+//! let report = trainer.step(&batch, &roll_core::policy::Objective::default())?;
 //! trainer.save_checkpoint("ckpt", 1)?;
 //! let (resumed, weight_version) = Trainer::load_checkpoint("ckpt", &device)?;
 //! # let _ = (report, resumed, weight_version);
-//! # Ok::<(), roll_backend_burn::BackendError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod checkpoint;

@@ -37,15 +37,28 @@ use std::path::{Path, PathBuf};
 /// ```no_run
 /// use roll_backend_burn::train::{Trainer, TrainerConfig};
 /// use roll_backend_burn::{Device, load_model};
-/// # fn batch() -> roll_core::TrainBatch { unimplemented!() }
+/// use roll_core::{SampleId, TrainBatch, TrainSequence};
 /// let device = Device::flex();
 /// let model = load_model("tiny-qwen2", &device)?;
+/// let batch = TrainBatch::new(vec![TrainSequence {
+///     sample: SampleId(0),
+///     prompt_ids: vec![1, 2, 3],
+///     response_ids: vec![4, 5],
+///     loss_mask: vec![true; 2],
+///     old_logprobs: vec![-1.0; 2],
+///     ref_logprobs: None,
+///     advantages: vec![1.0; 2],
+///     returns: None,
+///     old_values: None,
+///     weight: 1.0,
+///     score: 1.0,
+/// }])?;
 /// let mut trainer = Trainer::new(model, TrainerConfig { lr: 1e-5, ..Default::default() }, &device)?;
-/// let report = trainer.step(&batch(), &roll_core::policy::Objective::default())?;
+/// let report = trainer.step(&batch, &roll_core::policy::Objective::default())?;
 /// println!("{:?}", report.to_metrics());
 /// let for_inference = trainer.inference_model()?; // plain device, adapters merged
 /// # let _ = for_inference;
-/// # Ok::<(), roll_backend_burn::BackendError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Trainer {
     core: Core<CausalLm>,
