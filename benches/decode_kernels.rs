@@ -9,14 +9,13 @@
 #![allow(missing_docs)]
 
 mod common;
-use common::small_model;
+use common::bench_models;
 
 use burn::tensor::{Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use roll_backend_burn::Device;
 use roll_backend_burn::engine::cpu::CpuDecoder;
 use roll_backend_burn::engine::{CacheConfig, DecodeBackend, SeqId, StepInput};
-use roll_backend_burn::{Device, load_model};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Tokens cached before the timed step; the step appends the 48th.
@@ -37,13 +36,7 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/tiny-qwen2");
-    let mut models = Vec::new();
-    match load_model(&fixture, &device) {
-        Ok(m) => models.push(("tiny", m)),
-        Err(e) => eprintln!("skipping tiny fixture: {e}"),
-    }
-    models.push(("small-28M", small_model(&device)));
+    let models = bench_models(&device);
     for (name, model) in &models {
         let decoder = CpuDecoder::from_model(model).expect("dense qwen");
         let vocab = decoder.vocab_size();

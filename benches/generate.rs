@@ -11,13 +11,12 @@
 #![allow(missing_docs)]
 
 mod common;
-use common::small_model;
+use common::bench_models;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use roll_backend_burn::Device;
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
-use roll_backend_burn::{Device, load_model};
 use roll_core::policy::{GenerationRequest, SamplingParams};
-use std::path::PathBuf;
 
 const PROMPT: usize = 16;
 const NEW: u32 = 64;
@@ -47,13 +46,7 @@ fn generate(engine: &Engine, batch: usize, vocab: usize, round: u64) -> usize {
 
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/tiny-qwen2");
-    let mut models = Vec::new();
-    match load_model(&fixture, &device) {
-        Ok(m) => models.push(("tiny", m)),
-        Err(e) => eprintln!("skipping tiny fixture: {e}"),
-    }
-    models.push(("small-28M", small_model(&device)));
+    let models = bench_models(&device);
     let force_burn = std::env::var("ROLL_BENCH_DECODER").is_ok_and(|v| v == "burn");
     for (name, model) in &models {
         let kind = if force_burn {

@@ -11,13 +11,12 @@
 #![allow(missing_docs)]
 
 mod common;
-use common::small_model;
+use common::bench_models;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use roll_backend_burn::engine::cpu::CpuDecoder;
-use roll_backend_burn::{Device, ScoringOptions, load_model, score};
+use roll_backend_burn::{Device, ScoringOptions, score};
 use roll_core::policy::{ScoreRequest, ScoreSequence};
-use std::path::PathBuf;
 
 const SEQS: usize = 16;
 const LEN: usize = 128;
@@ -46,13 +45,7 @@ fn request(vocab: usize) -> ScoreRequest {
 
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/tiny-qwen2");
-    let mut models = Vec::new();
-    match load_model(&fixture, &device) {
-        Ok(m) => models.push(("tiny", m)),
-        Err(e) => eprintln!("skipping tiny fixture: {e}"),
-    }
-    models.push(("small-28M", small_model(&device)));
+    let models = bench_models(&device);
     let mut group = c.benchmark_group("score_16x128");
     group.sample_size(10);
     group.throughput(Throughput::Elements((SEQS * LEN) as u64));

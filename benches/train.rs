@@ -11,14 +11,13 @@
 #![allow(missing_docs)]
 
 mod common;
-use common::small_model;
+use common::bench_models;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use roll_backend_burn::train::{Trainer, TrainerConfig};
-use roll_backend_burn::{CausalLm, Device, ScoringOptions, load_model, score};
+use roll_backend_burn::{CausalLm, Device, ScoringOptions, score};
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
-use std::path::PathBuf;
 
 const SEQS: usize = 16;
 const PROMPT: usize = 16;
@@ -72,13 +71,7 @@ fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
 
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/tiny-qwen2");
-    let mut models = Vec::new();
-    match load_model(&fixture, &device) {
-        Ok(m) => models.push(("tiny", m)),
-        Err(e) => eprintln!("skipping tiny fixture: {e}"),
-    }
-    models.push(("small-28M", small_model(&device)));
+    let models = bench_models(&device);
     let mut group = c.benchmark_group("train_step_16x128");
     group.sample_size(10);
     group.throughput(Throughput::Elements((SEQS * LEN) as u64));

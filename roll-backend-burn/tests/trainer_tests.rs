@@ -81,16 +81,7 @@ fn batch(model: &CausalLm, n: usize, seed: u64) -> TrainBatch {
             }
         })
         .collect();
-    let request = ScoreRequest {
-        sequences: seqs
-            .iter()
-            .map(|s| ScoreSequence {
-                prompt_ids: s.prompt_ids.clone(),
-                response_ids: s.response_ids.clone(),
-            })
-            .collect(),
-        with_entropy: false,
-    };
+    let request = score_request(&seqs);
     let scores =
         roll_backend_burn::score(model, None, &request, &ScoringOptions::default(), &dev())
             .unwrap();
@@ -161,17 +152,7 @@ fn max_diff(a: &BTreeMap<String, Vec<f32>>, b: &BTreeMap<String, Vec<f32>>) -> (
 }
 
 fn mean_trained_logprob(trainer: &Trainer, batch: &TrainBatch) -> f64 {
-    let request = ScoreRequest {
-        sequences: batch
-            .sequences()
-            .iter()
-            .map(|s| ScoreSequence {
-                prompt_ids: s.prompt_ids.clone(),
-                response_ids: s.response_ids.clone(),
-            })
-            .collect(),
-        with_entropy: false,
-    };
+    let request = score_request(batch.sequences());
     let scores = trainer
         .policy_scores(&request, &ScoringOptions::default())
         .unwrap();
@@ -674,17 +655,7 @@ fn critic_loss_decreases_toward_the_returns() {
         "value loss did not fall: {losses:?}"
     );
     // Values scored by the inference copy match the returns better than at the start.
-    let request = ScoreRequest {
-        sequences: b
-            .sequences()
-            .iter()
-            .map(|s| ScoreSequence {
-                prompt_ids: s.prompt_ids.clone(),
-                response_ids: s.response_ids.clone(),
-            })
-            .collect(),
-        with_entropy: false,
-    };
+    let request = score_request(b.sequences());
     let scored = t
         .value_scores(&request, &ScoringOptions::default())
         .unwrap();
@@ -854,4 +825,18 @@ fn trainers_can_live_on_a_worker_thread() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Trainer>();
     send_sync::<CriticTrainer>();
+}
+
+/// A score request for the prompts and responses of `seqs`.
+fn score_request(seqs: &[TrainSequence]) -> ScoreRequest {
+    ScoreRequest {
+        sequences: seqs
+            .iter()
+            .map(|s| ScoreSequence {
+                prompt_ids: s.prompt_ids.clone(),
+                response_ids: s.response_ids.clone(),
+            })
+            .collect(),
+        with_entropy: false,
+    }
 }

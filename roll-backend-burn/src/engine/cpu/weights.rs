@@ -74,6 +74,40 @@ struct Parts<'a> {
     lm_head: Option<&'a Linear>,
 }
 
+/// [`Parts`] of a dense model: Qwen2 and Qwen3 have the same field paths but are different
+/// types, and only the head width is read differently.
+macro_rules! dense_parts {
+    ($m:expr, $head_dim:expr) => {
+        Parts {
+            dims: Dims {
+                vocab: $m.config.vocab_size,
+                hidden: $m.config.hidden_size,
+                heads: $m.config.num_attention_heads,
+                kv_heads: $m.config.num_key_value_heads,
+                head_dim: $head_dim,
+                inter: $m.config.intermediate_size,
+            },
+            rope_theta: $m.config.rope_theta,
+            embed: &$m.model.embed_tokens.weight,
+            layers: $m
+                .model
+                .layers
+                .iter()
+                .map(|l| {
+                    (
+                        &l.self_attn,
+                        &l.mlp,
+                        &l.input_layernorm,
+                        &l.post_attention_layernorm,
+                    )
+                })
+                .collect(),
+            norm: &$m.model.norm,
+            lm_head: $m.lm_head.as_ref(),
+        }
+    };
+}
+
 /// Extracts the weights of a dense Qwen2 or Qwen3 model.
 ///
 /// # Errors
@@ -81,60 +115,8 @@ struct Parts<'a> {
 /// tensor's shape disagrees with the config.
 pub(crate) fn extract(model: &CausalLm, device: &Device) -> Result<Weights> {
     let parts = match model {
-        CausalLm::Qwen2(m) => Parts {
-            dims: Dims {
-                vocab: m.config.vocab_size,
-                hidden: m.config.hidden_size,
-                heads: m.config.num_attention_heads,
-                kv_heads: m.config.num_key_value_heads,
-                head_dim: m.config.head_dim(),
-                inter: m.config.intermediate_size,
-            },
-            rope_theta: m.config.rope_theta,
-            embed: &m.model.embed_tokens.weight,
-            layers: m
-                .model
-                .layers
-                .iter()
-                .map(|l| {
-                    (
-                        &l.self_attn,
-                        &l.mlp,
-                        &l.input_layernorm,
-                        &l.post_attention_layernorm,
-                    )
-                })
-                .collect(),
-            norm: &m.model.norm,
-            lm_head: m.lm_head.as_ref(),
-        },
-        CausalLm::Qwen3(m) => Parts {
-            dims: Dims {
-                vocab: m.config.vocab_size,
-                hidden: m.config.hidden_size,
-                heads: m.config.num_attention_heads,
-                kv_heads: m.config.num_key_value_heads,
-                head_dim: m.config.head_dim,
-                inter: m.config.intermediate_size,
-            },
-            rope_theta: m.config.rope_theta,
-            embed: &m.model.embed_tokens.weight,
-            layers: m
-                .model
-                .layers
-                .iter()
-                .map(|l| {
-                    (
-                        &l.self_attn,
-                        &l.mlp,
-                        &l.input_layernorm,
-                        &l.post_attention_layernorm,
-                    )
-                })
-                .collect(),
-            norm: &m.model.norm,
-            lm_head: m.lm_head.as_ref(),
-        },
+        CausalLm::Qwen2(m) => dense_parts!(m, m.config.head_dim()),
+        CausalLm::Qwen3(m) => dense_parts!(m, m.config.head_dim),
         CausalLm::Qwen3Moe(_) => {
             return Err(BackendError::UnsupportedByDecoder {
                 what: "qwen3_moe (mixture-of-experts) models; the CPU decoder runs dense \
