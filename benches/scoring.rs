@@ -40,6 +40,7 @@ fn request(vocab: usize) -> ScoreRequest {
             })
             .collect(),
         with_entropy: false,
+        ..Default::default()
     }
 }
 

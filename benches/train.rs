@@ -46,6 +46,7 @@ fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
             })
             .collect(),
         with_entropy: false,
+        ..Default::default()
     };
     let old = score(model, None, &request, &ScoringOptions::default(), device).expect("score");
     let sequences = ids
@@ -57,6 +58,7 @@ fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
             prompt_ids: ids[..PROMPT].to_vec(),
             response_ids: ids[PROMPT..].to_vec(),
             loss_mask: vec![true; r],
+            rollout_logprobs: old.logprobs.clone(),
             old_logprobs: old.logprobs,
             ref_logprobs: None,
             advantages: vec![if i % 2 == 0 { 1.0 } else { -1.0 }; r],

@@ -1,8 +1,9 @@
 //! quickstart — one GRPO run end to end, on the CPU, in a few seconds.
 //!
-//! Until the Burn-backed Qwen policy lands, the actor is roll's learning mock policy: a unigram
-//! softmax over the digits 0–9 and an end-of-sequence token, with real sampling, exact
-//! log-probs and a real gradient step. Everything around it is the real thing: the RLVR
+//! A tour of the pipeline's parts in seconds: the actor is roll's learning mock policy (a unigram
+//! softmax over the digits 0–9 and an end-of-sequence token, with real sampling, exact log-probs
+//! and a real gradient step) instead of a transformer — `rlvr_arithmetic` trains a real Qwen2
+//! model. Everything around the actor is the real thing: the RLVR
 //! scheduler (sample-level rollout, reward as each sample finishes, dynamic filter), the GRPO
 //! estimator from roll-algos, the pipeline, and a reward worker written as a closure.
 //!
@@ -12,10 +13,6 @@
 //! cargo run --example quickstart [-- steps]
 //! ```
 
-use roll::algos::AlgorithmConfig;
-use roll::algos::filter::DynamicFilter;
-use roll::core::pipeline::{RlvrPipeline, RlvrPipelineConfig};
-use roll::core::scheduler::{RlvrScheduler, RlvrSchedulerConfig};
 use roll::core::testing::{ByteTokenizer, MockPolicy};
 use roll::prelude::*;
 use std::sync::Arc;
@@ -40,15 +37,16 @@ async fn main() -> anyhow::Result<()> {
         None => 20,
     };
 
-    // The actor: any `Policy`. Here the mock; later a Qwen model on Burn.
+    // The actor: any `Policy`. Here the mock; `BurnPolicy` is a Qwen model on Burn.
     let actor = Arc::new(MockPolicy::digits().with_learning_rate(2.0));
 
     // An endless stream of prompts, all in one domain.
     let prompts = (0..).map(|i| Prompt::new(PromptId(i), "Say some digits, mostly 7s.", "sevens"));
 
     // The scheduler: 8 prompts per step, 8 samples each, groups with no reward spread dropped.
-    let scheduler = RlvrScheduler::new(
-        RlvrSchedulerConfig {
+    // The pipeline hands it the actor's generating side.
+    let scheduler = |generator: Arc<dyn Generate>| -> roll::core::Result<Box<dyn Scheduler>> {
+        let config = RlvrSchedulerConfig {
             prompts_per_step: 8,
             group_size: 8,
             oversample_prompts: 2,
@@ -57,16 +55,15 @@ async fn main() -> anyhow::Result<()> {
                 ..Default::default()
             },
             ..Default::default()
-        },
-        actor.clone(),
-        Arc::new(ByteTokenizer),
-        Arc::new(sevens),
-        prompts,
-    )?
-    .with_filter(DynamicFilter {
-        min_std: Some(0.0),
-        ..Default::default()
-    });
+        };
+        let filter = DynamicFilter {
+            min_std: Some(0.0),
+            ..Default::default()
+        };
+        let tokenizer = Arc::new(ByteTokenizer);
+        let scheduler = RlvrScheduler::new(config, generator, tokenizer, Arc::new(sevens), prompts)?;
+        Ok(Box::new(scheduler.with_filter(filter)))
+    };
 
     // GRPO with the default PPO-clipped objective.
     let algorithm = AlgorithmConfig::default();
@@ -74,7 +71,7 @@ async fn main() -> anyhow::Result<()> {
         max_response_tokens: 16,
         ..Default::default()
     };
-    let mut pipeline = RlvrPipeline::new(Box::new(scheduler), actor.clone(), algorithm, config)?;
+    let mut pipeline = RlvrPipeline::new(actor.clone(), scheduler, algorithm, config)?;
 
     println!("GRPO on the mock policy: reward = fraction of 7s in the answer");
     let mut first = None;

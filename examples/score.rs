@@ -63,6 +63,7 @@ fn run(model_dir: &str, input: Input) -> anyhow::Result<serde_json::Value> {
             response_ids: ids[1..].to_vec(),
         }],
         with_entropy: false,
+        ..Default::default()
     };
     let scores = score(&model, None, &request, &ScoringOptions::default(), &device)?;
     let logprobs = scores

@@ -22,19 +22,35 @@ pub use roll_algos as algos;
 pub struct ReadmeDoctests;
 
 pub use roll_backend_burn as backend;
+
+pub mod run;
 pub use roll_core as core;
 pub use roll_env as env;
 pub use roll_reward as reward;
 
-/// The names most programs need.
+/// The names most programs need: the traits to implement, the data they see, a config and the
+/// run that trains from it, the Burn roles and the pipeline parts for composing one by hand.
 pub mod prelude {
+    pub use crate::run::{Run, RunBuilder, RunPlan};
+    pub use roll_algos::AlgorithmConfig;
+    pub use roll_algos::filter::DynamicFilter;
+    pub use roll_backend_burn::engine::EngineConfig;
+    pub use roll_backend_burn::train::TrainerConfig;
+    pub use roll_backend_burn::{
+        BurnCritic, BurnFrozen, BurnPolicy, BurnReference, ChatTemplate, Device, HfTokenizer,
+        PolicyOptions, load_model,
+    };
     pub use roll_core::config::Config;
-    pub use roll_core::scheduler::{RolloutBatch, Scheduler};
+    pub use roll_core::pipeline::{RlvrPipeline, RlvrPipelineConfig, StepReport};
+    pub use roll_core::scheduler::{GroupFilter, RlvrScheduler, RlvrSchedulerConfig, RolloutBatch, Scheduler};
     pub use roll_core::strategy::{DeviceSpec, SingleDevice};
     pub use roll_core::tokenizer::{ChatMessage, Role};
     pub use roll_core::{
-        Env, EnvStatus, Error, Generation, GenerationRequest, Group, Observation, Policy, Prompt,
-        PromptId, Result, Reward, RewardWorker, Sample, SamplingParams, StepResult, Strategy,
-        Tokenizer, TrainBatch, Trajectory, WeightVersion,
+        Critic, Env, EnvStatus, Error, Generate, Generation, GenerationRequest, Group,
+        Observation, Policy, Prompt, PromptId, Result, Reward, RewardWorker, Sample,
+        SamplingParams, Score, ScoreKernels, StepResult, Strategy, Tokenizer, Train, TrainBatch,
+        Trajectory, WeightVersion,
     };
+    pub use roll_env::{AgenticScheduler, EnvManager, EnvManagerConfig, EnvRegistry};
+    pub use roll_reward::router::{RewardRegistry, RewardRouter};
 }

@@ -25,6 +25,9 @@ pub enum ChatTemplate {
         /// of a `tool` turn.
         tool_response_blocks: bool,
     },
+    /// No template: the message texts concatenated in order, for base models trained on raw
+    /// text (`Q: 12+35=? A:`). The generation prompt adds nothing.
+    Plain,
     /// A template that is not ChatML (its Jinja source).
     Unsupported(String),
 }
@@ -83,6 +86,7 @@ impl ChatTemplate {
                 default_system,
                 tool_response_blocks,
             } => (default_system, *tool_response_blocks),
+            Self::Plain => return Ok(messages.iter().map(|m| m.content.as_str()).collect()),
             Self::Unsupported(src) => {
                 let head: String = src.chars().take(80).collect();
                 return Err(BackendError::UnsupportedChatTemplate(head));

@@ -46,6 +46,7 @@
 //!         response_ids: tok.encode(" 2")?,
 //!     }],
 //!     with_entropy: true,
+//!     ..Default::default()
 //! };
 //! let scores = score(&model, None, &request, &ScoringOptions::default(), &device)?;
 //! println!("{:?}", scores[0].logprobs);
@@ -72,7 +73,7 @@ pub use models::{
     CausalLm, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy,
     token_logprobs_from_logits,
 };
-pub use policy::{BurnPolicy, PolicyOptions};
+pub use policy::{BurnCritic, BurnFrozen, BurnPolicy, BurnReference, PolicyOptions};
 pub use scoring::{ScoringOptions, score, token_logprobs};
 pub use tokenizer::HfTokenizer;
 

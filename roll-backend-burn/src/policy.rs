@@ -1,25 +1,51 @@
-//! [`BurnPolicy`]: roll-core's [`Policy`] on a Burn model — the inference engine for `generate`,
-//! micro-batched scoring for `score` (on the CPU decoder, [`CpuDecoder::score`], when the model
-//! runs there and has no value head), and a trainer for `train_step`.
+//! roll-core's model roles on a Burn model. Each role is its own type and implements exactly the
+//! capabilities it has, so a role mistake is a compile error:
 //!
-//! One type serves every model role of a pipeline:
-//! - **actor** ([`BurnPolicy::actor`]): generates, scores, trains; after each step the engine
-//!   receives the new weights and the weight version increments;
-//! - **critic** ([`BurnPolicy::critic`]): scores values with its value head and trains on the
-//!   value loss; it does not generate;
-//! - **reference** or **judge** ([`BurnPolicy::frozen`]): generates and scores, never trains.
+//! | type | role | [`Generate`] | [`Score`] | [`Train`] |
+//! |---|---|---|---|---|
+//! | [`BurnPolicy`] | actor | ✓ | ✓ | ✓ |
+//! | [`BurnCritic`] | critic (value head) | | ✓ | ✓ |
+//! | [`BurnReference`] | reference | | ✓ | |
+//! | [`BurnFrozen`] | judge, evaluation | ✓ | ✓ | |
 //!
-//! The async methods never block the tokio runtime: generation runs on the engine's thread and
-//! scoring and training on tokio's blocking pool.
+//! ```compile_fail
+//! # use roll_core::policy::{Objective, Train};
+//! // A reference has no `train_step`: asking it to train does not compile.
+//! async fn train(reference: roll_backend_burn::BurnReference, batch: roll_core::TrainBatch) {
+//!     let _ = reference.train_step(batch, &Objective::default()).await;
+//! }
+//! ```
+//! ```compile_fail
+//! # use roll_core::policy::{Generate, GenerationRequest};
+//! // A critic has no `generate`.
+//! async fn generate(critic: roll_backend_burn::BurnCritic, request: GenerationRequest) {
+//!     let _ = critic.generate(request).await;
+//! }
+//! ```
 //!
-//! Every train step also measures the **train–inference log-prob gap**: after the weight sync
-//! the engine generates a short greedy probe from the batch's first prompt, and the training
-//! code path rescores it; the largest absolute difference of the per-token log-probs is reported
-//! as `train_infer_logprob_gap` (it should stay ≤ 1e-4; ROLL users' most reported numerical
-//! problem is this gap growing unnoticed).
+//! Generation runs on the inference engine's thread, scoring and training on tokio's blocking
+//! pool: the async methods never block the runtime. Text generation needs a tokenizer (to decode
+//! the text reward workers read, to find stop strings, and for its EOS), so the generating roles
+//! take one as a required argument.
+//!
+//! # One step of the actor
+//! [`Train::train_step`] runs `TrainerConfig::epochs` optimiser updates on the batch, then takes
+//! the new weights out of the trainer **once**, converts them for serving **once**
+//! ([`ServedWeights`]: the CPU decoder's layout is shared by the engine and inference-path
+//! scoring), syncs the engine once (weight version + 1), and measures the **train–inference
+//! log-prob gap** once: the engine generates a short greedy probe from the batch's first prompt
+//! and the training kernels rescore it; the largest absolute difference of the per-token
+//! log-probs is reported as `train_infer_logprob_gap` (it should stay ≤ 1e-4; ROLL users' most
+//! reported numerical problem is this gap growing unnoticed).
+//!
+//! # Scoring
+//! One entry point, [`Score::score`]; the request names its kernels
+//! ([`ScoreKernels`](roll_core::policy::ScoreKernels)): `Inference` runs the engine's kernels
+//! (the CPU decoder where it serves the model — the numbers the rollout was sampled with),
+//! `Training` runs the trainer's forward ([`score`](crate::score)). A critic always scores
+//! through its value head on the training forward.
 
-use crate::engine::cpu::CpuDecoder;
-use crate::engine::{DecoderKind, Engine, EngineConfig};
+use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::train::{CriticTrainer, Trainer, TrainerConfig};
 use crate::{
     BackendError, CausalLm, Result, ScoringOptions, ValueHead, device as device_for, score,
@@ -28,28 +54,27 @@ use async_trait::async_trait;
 use burn::module::Module;
 use burn::tensor::Device;
 use roll_core::policy::{
-    Generation, GenerationRequest, Objective, Policy, SamplingParams, ScoreRequest, ScoreSequence,
-    TokenScores, TrainOutput,
+    Generate, Generation, GenerationRequest, Objective, SamplingParams, Score, ScoreKernels,
+    ScoreRequest, ScoreSequence, TokenScores, Train, TrainOutput,
 };
-use roll_core::strategy::{SingleDevice, Strategy};
-use roll_core::{TrainBatch, WeightVersion};
+use roll_core::strategy::{DeviceSpec, SingleDevice, Strategy};
+use roll_core::{Tokenizer, TrainBatch, WeightVersion};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// How a [`BurnPolicy`] is placed and served.
-#[derive(Clone)]
+/// How a Burn role is placed and served.
+#[derive(Debug, Clone)]
 pub struct PolicyOptions {
     /// Where the model runs (one device).
     pub strategy: SingleDevice,
-    /// Inference engine settings.
+    /// Inference engine settings (generating roles).
     pub engine: EngineConfig,
     /// Force a decoder; `None` picks the fastest that covers the model ([`DecoderKind::auto`]).
     pub decoder: Option<DecoderKind>,
-    /// Micro-batching of `score`.
+    /// Micro-batching of training-path scoring.
     pub scoring: ScoringOptions,
-    /// Decodes generated text and finds stop strings; without it `Generation::text` is empty.
-    pub tokenizer: Option<Arc<dyn roll_core::Tokenizer>>,
     /// Tokens of the greedy probe that measures the train–inference gap after each step
     /// (0 = do not measure).
     pub gap_probe_tokens: u32,
@@ -58,95 +83,12 @@ pub struct PolicyOptions {
 impl Default for PolicyOptions {
     fn default() -> Self {
         Self {
-            strategy: SingleDevice::new(roll_core::strategy::DeviceSpec::Cpu),
+            strategy: SingleDevice::new(DeviceSpec::Cpu),
             engine: EngineConfig::default(),
             decoder: None,
             scoring: ScoringOptions::default(),
-            tokenizer: None,
             gap_probe_tokens: 8,
         }
-    }
-}
-
-impl std::fmt::Debug for PolicyOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PolicyOptions")
-            .field("strategy", &self.strategy.device())
-            .field("engine", &self.engine)
-            .field("decoder", &self.decoder)
-            .field("tokenizer", &self.tokenizer.is_some())
-            .field("gap_probe_tokens", &self.gap_probe_tokens)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a policy can do beyond scoring.
-enum Role {
-    Frozen,
-    Actor(Box<Trainer>),
-    Critic(Box<CriticTrainer>),
-}
-
-/// The weights `score` uses: the latest synced model and, for a critic, its value head.
-struct Scorer {
-    model: CausalLm,
-    head: Option<ValueHead>,
-    /// The model in the CPU decoder's layout, when it scores faster there: no value head, and
-    /// [`DecoderKind::auto`] picks the CPU decoder for the model on the policy's device.
-    cpu: Option<Arc<CpuDecoder>>,
-}
-
-impl Scorer {
-    /// Wraps `model` (and `head`), building the CPU decoder copy where it applies.
-    ///
-    /// # Errors
-    /// If the CPU decoder cannot take the model's weights.
-    fn new(model: CausalLm, head: Option<ValueHead>, device: &Device) -> Result<Self> {
-        let cpu = if head.is_none() && DecoderKind::auto(&model, device) == DecoderKind::Cpu {
-            Some(Arc::new(CpuDecoder::from_model(&model)?))
-        } else {
-            None
-        };
-        Ok(Self { model, head, cpu })
-    }
-
-    /// Scores `request`: on the CPU decoder when there is one, through [`score`] otherwise.
-    fn score(
-        &self,
-        request: &ScoreRequest,
-        options: &ScoringOptions,
-        device: &Device,
-    ) -> Result<Vec<TokenScores>> {
-        match &self.cpu {
-            Some(cpu) => cpu.score(request),
-            None => score(&self.model, self.head.as_ref(), request, options, device),
-        }
-    }
-}
-
-struct Inner {
-    device: Device,
-    engine: Option<Engine>,
-    scorer: RwLock<Arc<Scorer>>,
-    role: Mutex<Role>,
-    scoring: ScoringOptions,
-    gap_probe_tokens: u32,
-    /// Version counter of a policy without an engine (a critic).
-    own_version: AtomicU64,
-}
-
-/// A Burn model as a roll [`Policy`] (see the [module docs](self)).
-#[derive(Clone)]
-pub struct BurnPolicy {
-    inner: Arc<Inner>,
-}
-
-impl std::fmt::Debug for BurnPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BurnPolicy")
-            .field("device", &self.inner.device)
-            .field("weight_version", &self.weight_version())
-            .finish_non_exhaustive()
     }
 }
 
@@ -154,166 +96,214 @@ fn poisoned() -> BackendError {
     BackendError::Engine("a previous call panicked while holding the policy's state".into())
 }
 
-impl BurnPolicy {
-    /// A policy that generates and scores but never trains (reference model, judge).
-    ///
-    /// # Errors
-    /// If the device is not built in or the engine cannot start.
-    pub fn frozen(model: CausalLm, options: PolicyOptions) -> Result<Self> {
-        Self::build(model, None, Role::Frozen, true, options)
+/// The weights scoring reads: the latest synced model in its served layouts and, for a critic,
+/// its value head. Replaced as a whole after each step, so a score never mixes two versions.
+struct Snapshot {
+    served: ServedWeights,
+    head: Option<ValueHead>,
+}
+
+impl Snapshot {
+    fn score(
+        &self,
+        request: &ScoreRequest,
+        options: &ScoringOptions,
+        device: &Device,
+    ) -> Result<Vec<TokenScores>> {
+        match (request.kernels, self.served.cpu(), &self.head) {
+            (ScoreKernels::Inference, Some(cpu), None) => cpu.score(request),
+            // Without a CPU-decoder layout the engine runs Burn's forward: the same ops as the
+            // training path, so both kernel choices are the training forward here.
+            _ => score(
+                self.served.model(),
+                self.head.as_ref(),
+                request,
+                options,
+                device,
+            ),
+        }
+    }
+}
+
+/// What every role shares: the device, the scoring snapshot and its options.
+struct Scoring {
+    device: Device,
+    snapshot: RwLock<Arc<Snapshot>>,
+    options: ScoringOptions,
+}
+
+impl Scoring {
+    fn new(
+        model: CausalLm,
+        head: Option<ValueHead>,
+        kind: DecoderKind,
+        device: Device,
+        options: ScoringOptions,
+    ) -> Result<Self> {
+        let served = ServedWeights::new(model, kind)?;
+        Ok(Self {
+            device,
+            snapshot: RwLock::new(Arc::new(Snapshot { served, head })),
+            options,
+        })
     }
 
-    /// A trainable actor.
+    fn current(&self) -> Result<Arc<Snapshot>> {
+        Ok(self.snapshot.read().map_err(|_| poisoned())?.clone())
+    }
+
+    fn replace(&self, snapshot: Snapshot) -> Result<Arc<Snapshot>> {
+        let snapshot = Arc::new(snapshot);
+        *self.snapshot.write().map_err(|_| poisoned())? = snapshot.clone();
+        Ok(snapshot)
+    }
+
+    async fn score(self: &Arc<Self>, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
+        let snapshot = self.current()?;
+        let this = self.clone();
+        let request = request.clone();
+        blocking(move || snapshot.score(&request, &this.options, &this.device)).await
+    }
+}
+
+/// Places `model` on the options' device and picks the engine's decoder.
+fn placed(model: CausalLm, options: &PolicyOptions) -> Result<(CausalLm, Device, DecoderKind)> {
+    if options.strategy.world_size() != 1 {
+        return Err(BackendError::InvalidInput(
+            "a Burn role runs on one device; use one role per device".into(),
+        ));
+    }
+    let device = device_for(options.strategy.device())?;
+    let model = model.to_device(&device);
+    let kind = options
+        .decoder
+        .unwrap_or_else(|| DecoderKind::auto(&model, &device));
+    Ok((model, device, kind))
+}
+
+/// The actor: generates with the inference engine, scores, and trains (see the
+/// [module docs](self)).
+#[derive(Clone)]
+pub struct BurnPolicy {
+    inner: Arc<ActorInner>,
+}
+
+struct ActorInner {
+    engine: Engine,
+    kind: DecoderKind,
+    scoring: Arc<Scoring>,
+    trainer: Mutex<Trainer>,
+    gap_probe_tokens: u32,
+}
+
+impl std::fmt::Debug for BurnPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BurnPolicy")
+            .field("device", &self.inner.scoring.device)
+            .field("weight_version", &self.inner.engine.weight_version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BurnPolicy {
+    /// A trainable actor on `model`, generating text with `tokenizer` (its EOS ends every
+    /// generation, besides `options.engine.eos_token_ids`).
     ///
     /// # Errors
     /// A bad trainer config, a device that is not built in, or an engine that cannot start.
-    pub fn actor(model: CausalLm, trainer: TrainerConfig, options: PolicyOptions) -> Result<Self> {
-        let device = device_for(options.strategy.device())?;
-        let trainer = Trainer::new(model, trainer, &device)?;
-        let served = trainer.inference_model()?;
-        Self::build(served, None, Role::Actor(Box::new(trainer)), true, options)
-    }
-
-    /// A critic: `trunk` plus a value head (fresh from the trainer's seed when `None`); scores
-    /// values and trains on the value loss.
-    ///
-    /// # Errors
-    /// A bad trainer config or a device that is not built in.
-    pub fn critic(
-        trunk: CausalLm,
-        head: Option<ValueHead>,
+    pub fn new(
+        model: CausalLm,
+        tokenizer: Arc<dyn Tokenizer>,
         trainer: TrainerConfig,
         options: PolicyOptions,
     ) -> Result<Self> {
         let device = device_for(options.strategy.device())?;
-        let trainer = CriticTrainer::new(trunk, head, trainer, &device)?;
-        let (trunk, head) = trainer.inference_model()?;
-        Self::build(
-            trunk,
-            Some(head),
-            Role::Critic(Box::new(trainer)),
-            false,
-            options,
-        )
+        let trainer = Trainer::new(model, trainer, &device)?;
+        Self::build(trainer, tokenizer, options)
     }
 
     /// An actor resumed from [`BurnPolicy::save_checkpoint`]: weights, optimiser, RNG, step count
     /// and weight version continue where they stopped.
     ///
     /// # Errors
-    /// A missing or corrupt checkpoint, or as [`BurnPolicy::actor`].
-    pub fn resume_actor(dir: impl AsRef<Path>, mut options: PolicyOptions) -> Result<Self> {
+    /// A missing or corrupt checkpoint, or as [`BurnPolicy::new`].
+    pub fn resume(
+        dir: impl AsRef<Path>,
+        tokenizer: Arc<dyn Tokenizer>,
+        mut options: PolicyOptions,
+    ) -> Result<Self> {
         let device = device_for(options.strategy.device())?;
         let (trainer, version) = Trainer::load_checkpoint(dir, &device)?;
         options.engine.start_version = version;
-        let served = trainer.inference_model()?;
-        Self::build(served, None, Role::Actor(Box::new(trainer)), true, options)
+        Self::build(trainer, tokenizer, options)
     }
 
-    fn build(
-        model: CausalLm,
-        head: Option<ValueHead>,
-        role: Role,
-        serve: bool,
-        options: PolicyOptions,
-    ) -> Result<Self> {
-        if options.strategy.world_size() != 1 {
-            return Err(BackendError::InvalidInput(
-                "BurnPolicy runs on one device; use one policy per device".into(),
-            ));
-        }
-        let device = device_for(options.strategy.device())?;
-        let model = model.to_device(&device);
-        let engine = if serve {
-            let kind = options
-                .decoder
-                .unwrap_or_else(|| DecoderKind::auto(&model, &device));
-            Some(Engine::with_decoder(
-                kind,
-                &model,
-                &device,
-                options.engine.clone(),
-                options.tokenizer.clone(),
-            )?)
-        } else {
-            None
-        };
-        let own_version = AtomicU64::new(options.engine.start_version);
-        let scorer = Scorer::new(model, head, &device)?;
+    fn build(trainer: Trainer, tokenizer: Arc<dyn Tokenizer>, options: PolicyOptions) -> Result<Self> {
+        let (model, device, kind) = placed(trainer.inference_model()?, &options)?;
+        let engine = Engine::with_decoder(
+            kind,
+            &model,
+            &device,
+            options.engine.clone(),
+            Some(tokenizer),
+        )?;
+        let scoring = Arc::new(Scoring::new(model, None, kind, device, options.scoring)?);
         Ok(Self {
-            inner: Arc::new(Inner {
-                device,
+            inner: Arc::new(ActorInner {
                 engine,
-                scorer: RwLock::new(Arc::new(scorer)),
-                role: Mutex::new(role),
-                scoring: options.scoring,
+                kind,
+                scoring,
+                trainer: Mutex::new(trainer),
                 gap_probe_tokens: options.gap_probe_tokens,
-                own_version,
             }),
         })
     }
 
-    /// The inference engine (absent for a critic).
-    pub fn engine(&self) -> Option<&Engine> {
-        self.inner.engine.as_ref()
+    /// The inference engine.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The weights new generations use, as a Burn model (e.g. to export or evaluate them).
+    ///
+    /// # Errors
+    /// If a previous call panicked while holding the policy's state.
+    pub fn model(&self) -> Result<CausalLm> {
+        Ok(self.inner.scoring.current()?.served.model().clone())
     }
 
     /// Writes the trainer's state (weights, optimiser, RNG, step, weight version) atomically to
     /// `dir`; returns the directory written.
     ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a frozen policy; the trainer's I/O errors.
+    /// The trainer's I/O errors.
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf> {
-        let version = self.weight_version().0;
-        let role = self.inner.role.lock().map_err(|_| poisoned())?;
-        match &*role {
-            Role::Frozen => Err(BackendError::InvalidInput(
-                "a frozen policy has no trainer state to checkpoint".into(),
-            )),
-            Role::Actor(t) => t.save_checkpoint(dir, version),
-            Role::Critic(t) => t.save_checkpoint(dir, version),
-        }
+        let version = self.inner.engine.weight_version().0;
+        let trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
+        trainer.save_checkpoint(dir, version)
     }
 
-    /// The blocking body of [`Policy::train_step`].
+    /// The blocking body of [`Train::train_step`].
     fn train_blocking(&self, batch: &TrainBatch, objective: &Objective) -> Result<TrainOutput> {
         let inner = &self.inner;
-        let mut role = inner.role.lock().map_err(|_| poisoned())?;
-        let (report, scorer) = match &mut *role {
-            Role::Frozen => {
-                return Err(BackendError::InvalidInput(
-                    "this policy is frozen (a reference or judge): it cannot train".into(),
-                ));
-            }
-            Role::Actor(trainer) => {
-                let report = trainer.step(batch, objective)?;
-                let model = trainer.inference_model()?;
-                (report, Scorer::new(model, None, &inner.device)?)
-            }
-            Role::Critic(trainer) => {
-                let report = trainer.step(batch, objective)?;
-                let (model, head) = trainer.inference_model()?;
-                (report, Scorer::new(model, Some(head), &inner.device)?)
-            }
-        };
-        drop(role);
-        let mut metrics = report.to_metrics();
-        let version = if report.skipped {
-            self.weight_version()
-        } else {
-            let version = match &inner.engine {
-                Some(engine) => engine.sync_weights_blocking(&scorer.model)?,
-                None => WeightVersion(inner.own_version.fetch_add(1, Ordering::AcqRel) + 1),
-            };
-            let scorer = Arc::new(scorer);
-            *inner.scorer.write().map_err(|_| poisoned())? = scorer.clone();
-            if let (Some(engine), Some(first)) = (&inner.engine, batch.sequences().first())
+        let mut trainer = inner.trainer.lock().map_err(|_| poisoned())?;
+        let epochs = trainer.config().epochs;
+        let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
+        let version = if updated {
+            let model = trainer.inference_model()?;
+            drop(trainer);
+            let served = ServedWeights::new(model, inner.kind)?;
+            let version = inner.engine.sync_served_blocking(&served)?;
+            let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
+            if let Some(first) = batch.sequences().first()
                 && inner.gap_probe_tokens > 0
             {
-                let gap = self.logprob_gap(engine, &scorer.model, &first.prompt_ids)?;
+                let gap = self.logprob_gap(&snapshot, &first.prompt_ids)?;
                 metrics.insert("train_infer_logprob_gap".into(), gap);
             }
             version
+        } else {
+            inner.engine.weight_version()
         };
         metrics.insert("weight_version".into(), version.0 as f64);
         Ok(TrainOutput {
@@ -322,14 +312,16 @@ impl BurnPolicy {
         })
     }
 
-    /// Largest |engine log-prob − training-path log-prob| over a greedy probe from `prompt`.
-    fn logprob_gap(&self, engine: &Engine, model: &CausalLm, prompt: &[u32]) -> Result<f64> {
+    /// Largest |engine log-prob − training-kernel log-prob| over a greedy probe from `prompt`.
+    fn logprob_gap(&self, snapshot: &Snapshot, prompt: &[u32]) -> Result<f64> {
         let params = SamplingParams {
             temperature: 0.0,
             max_new_tokens: self.inner.gap_probe_tokens,
             ..SamplingParams::default()
         };
-        let probe = engine
+        let probe = self
+            .inner
+            .engine
             .submit(GenerationRequest::new(prompt.to_vec(), params))?
             .wait()?;
         let request = ScoreRequest {
@@ -338,20 +330,262 @@ impl BurnPolicy {
                 response_ids: probe.token_ids.clone(),
             }],
             with_entropy: false,
+            kernels: ScoreKernels::Training,
         };
-        let scored = score(
-            model,
-            None,
-            &request,
-            &self.inner.scoring,
-            &self.inner.device,
-        )?;
-        Ok(scored[0]
-            .logprobs
-            .iter()
-            .zip(&probe.logprobs)
-            .map(|(a, b)| f64::from((a - b).abs()))
-            .fold(0.0, f64::max))
+        let scoring = &self.inner.scoring;
+        let scored = snapshot.score(&request, &scoring.options, &scoring.device)?;
+        Ok(scored
+            .first()
+            .map(|s| {
+                s.logprobs
+                    .iter()
+                    .zip(&probe.logprobs)
+                    .map(|(a, b)| f64::from((a - b).abs()))
+                    .fold(0.0, f64::max)
+            })
+            .unwrap_or(0.0))
+    }
+}
+
+/// Runs `epochs` optimiser steps; returns the last step's metrics (with `epochs`) and whether any
+/// step changed the weights.
+fn run_epochs(
+    epochs: u32,
+    mut step: impl FnMut(u32) -> Result<crate::train::TrainStepReport>,
+) -> Result<(BTreeMap<String, f64>, bool)> {
+    let mut updated = false;
+    let mut metrics = BTreeMap::new();
+    for epoch in 0..epochs.max(1) {
+        let report = step(epoch)?;
+        updated |= !report.skipped;
+        metrics = report.to_metrics();
+    }
+    metrics.insert("epochs".into(), f64::from(epochs.max(1)));
+    Ok((metrics, updated))
+}
+
+#[async_trait]
+impl Generate for BurnPolicy {
+    async fn generate(&self, request: GenerationRequest) -> roll_core::Result<Generation> {
+        Ok(self.inner.engine.submit(request)?.finish().await?)
+    }
+
+    fn weight_version(&self) -> WeightVersion {
+        self.inner.engine.weight_version()
+    }
+}
+
+#[async_trait]
+impl Score for BurnPolicy {
+    async fn score(&self, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
+        self.inner.scoring.score(request).await
+    }
+}
+
+#[async_trait]
+impl Train for BurnPolicy {
+    async fn train_step(
+        &self,
+        batch: TrainBatch,
+        objective: &Objective,
+    ) -> roll_core::Result<TrainOutput> {
+        let this = self.clone();
+        let objective = objective.clone();
+        blocking(move || this.train_blocking(&batch, &objective)).await
+    }
+}
+
+/// The critic: a trunk with a value head; scores values and trains on the value loss. It has no
+/// inference engine and cannot generate.
+#[derive(Clone)]
+pub struct BurnCritic {
+    inner: Arc<CriticInner>,
+}
+
+struct CriticInner {
+    scoring: Arc<Scoring>,
+    trainer: Mutex<CriticTrainer>,
+    version: AtomicU64,
+}
+
+impl std::fmt::Debug for BurnCritic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BurnCritic")
+            .field("device", &self.inner.scoring.device)
+            .field("version", &self.inner.version.load(Ordering::Acquire))
+            .finish_non_exhaustive()
+    }
+}
+
+impl BurnCritic {
+    /// A critic on `trunk` plus a value head (fresh from the trainer's seed when `None`).
+    ///
+    /// # Errors
+    /// A bad trainer config or a device that is not built in.
+    pub fn new(
+        trunk: CausalLm,
+        head: Option<ValueHead>,
+        trainer: TrainerConfig,
+        options: PolicyOptions,
+    ) -> Result<Self> {
+        let device = device_for(options.strategy.device())?;
+        let trainer = CriticTrainer::new(trunk, head, trainer, &device)?;
+        let (trunk, head) = trainer.inference_model()?;
+        let (trunk, device, _) = placed(trunk, &options)?;
+        let scoring = Scoring::new(trunk, Some(head), DecoderKind::Burn, device, options.scoring)?;
+        Ok(Self {
+            inner: Arc::new(CriticInner {
+                scoring: Arc::new(scoring),
+                trainer: Mutex::new(trainer),
+                version: AtomicU64::new(options.engine.start_version),
+            }),
+        })
+    }
+
+    /// Writes the critic trainer's state atomically to `dir`; returns the directory written.
+    ///
+    /// # Errors
+    /// The trainer's I/O errors.
+    pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf> {
+        let version = self.inner.version.load(Ordering::Acquire);
+        let trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
+        trainer.save_checkpoint(dir, version)
+    }
+
+    fn train_blocking(&self, batch: &TrainBatch, objective: &Objective) -> Result<TrainOutput> {
+        let inner = &self.inner;
+        let mut trainer = inner.trainer.lock().map_err(|_| poisoned())?;
+        let epochs = trainer.config().epochs;
+        let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
+        let version = if updated {
+            let (trunk, head) = trainer.inference_model()?;
+            drop(trainer);
+            let served = ServedWeights::new(trunk, DecoderKind::Burn)?;
+            inner.scoring.replace(Snapshot {
+                served,
+                head: Some(head),
+            })?;
+            WeightVersion(inner.version.fetch_add(1, Ordering::AcqRel) + 1)
+        } else {
+            WeightVersion(inner.version.load(Ordering::Acquire))
+        };
+        metrics.insert("weight_version".into(), version.0 as f64);
+        Ok(TrainOutput {
+            weight_version: version,
+            metrics,
+        })
+    }
+}
+
+#[async_trait]
+impl Score for BurnCritic {
+    async fn score(&self, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
+        self.inner.scoring.score(request).await
+    }
+}
+
+#[async_trait]
+impl Train for BurnCritic {
+    async fn train_step(
+        &self,
+        batch: TrainBatch,
+        objective: &Objective,
+    ) -> roll_core::Result<TrainOutput> {
+        let this = self.clone();
+        let objective = objective.clone();
+        blocking(move || this.train_blocking(&batch, &objective)).await
+    }
+}
+
+/// The reference: frozen weights that only score (the KL anchor). No engine, no trainer.
+#[derive(Clone)]
+pub struct BurnReference {
+    scoring: Arc<Scoring>,
+}
+
+impl std::fmt::Debug for BurnReference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BurnReference")
+            .field("device", &self.scoring.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BurnReference {
+    /// A reference on `model`.
+    ///
+    /// # Errors
+    /// A device that is not built in, or a model the CPU decoder cannot take.
+    pub fn new(model: CausalLm, options: PolicyOptions) -> Result<Self> {
+        let (model, device, kind) = placed(model, &options)?;
+        Ok(Self {
+            scoring: Arc::new(Scoring::new(model, None, kind, device, options.scoring)?),
+        })
+    }
+}
+
+#[async_trait]
+impl Score for BurnReference {
+    async fn score(&self, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
+        self.scoring.score(request).await
+    }
+}
+
+/// Frozen weights that generate and score but never train: an LLM judge, or a model under
+/// evaluation.
+#[derive(Clone)]
+pub struct BurnFrozen {
+    engine: Arc<Engine>,
+    scoring: Arc<Scoring>,
+}
+
+impl std::fmt::Debug for BurnFrozen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BurnFrozen")
+            .field("device", &self.scoring.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BurnFrozen {
+    /// Frozen `model` served with `tokenizer`.
+    ///
+    /// # Errors
+    /// A device that is not built in, or an engine that cannot start.
+    pub fn new(
+        model: CausalLm,
+        tokenizer: Arc<dyn Tokenizer>,
+        options: PolicyOptions,
+    ) -> Result<Self> {
+        let (model, device, kind) = placed(model, &options)?;
+        let engine = Engine::with_decoder(kind, &model, &device, options.engine, Some(tokenizer))?;
+        Ok(Self {
+            engine: Arc::new(engine),
+            scoring: Arc::new(Scoring::new(model, None, kind, device, options.scoring)?),
+        })
+    }
+
+    /// The inference engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+#[async_trait]
+impl Generate for BurnFrozen {
+    async fn generate(&self, request: GenerationRequest) -> roll_core::Result<Generation> {
+        Ok(self.engine.submit(request)?.finish().await?)
+    }
+
+    fn weight_version(&self) -> WeightVersion {
+        self.engine.weight_version()
+    }
+}
+
+#[async_trait]
+impl Score for BurnFrozen {
+    async fn score(&self, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
+        self.scoring.score(request).await
     }
 }
 
@@ -366,40 +600,5 @@ async fn blocking<T: Send + 'static>(
             .map_err(|e| BackendError::Engine(format!("worker task failed: {e}")))?
             .map_err(Into::into),
         Err(_) => f().map_err(Into::into),
-    }
-}
-
-#[async_trait]
-impl Policy for BurnPolicy {
-    async fn generate(&self, request: GenerationRequest) -> roll_core::Result<Generation> {
-        let engine = self.inner.engine.as_ref().ok_or_else(|| {
-            BackendError::InvalidInput("a critic scores values; it does not generate".into())
-        })?;
-        Ok(engine.submit(request)?.finish().await?)
-    }
-
-    async fn score(&self, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
-        let scorer = self.inner.scorer.read().map_err(|_| poisoned())?.clone();
-        let inner = self.inner.clone();
-        let request = request.clone();
-        blocking(move || scorer.score(&request, &inner.scoring, &inner.device)).await
-    }
-
-    async fn train_step(
-        &self,
-        batch: &TrainBatch,
-        objective: &Objective,
-    ) -> roll_core::Result<TrainOutput> {
-        let this = self.clone();
-        let batch = batch.clone();
-        let objective = objective.clone();
-        blocking(move || this.train_blocking(&batch, &objective)).await
-    }
-
-    fn weight_version(&self) -> WeightVersion {
-        match &self.inner.engine {
-            Some(engine) => engine.weight_version(),
-            None => WeightVersion(self.inner.own_version.load(Ordering::Acquire)),
-        }
     }
 }

@@ -145,6 +145,10 @@ impl roll_core::Tokenizer for HfTokenizer {
         self.eos_token_ids.first().copied()
     }
 
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_token_ids.clone()
+    }
+
     fn render_chat(
         &self,
         messages: &[ChatMessage],

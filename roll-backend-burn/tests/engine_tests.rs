@@ -194,6 +194,7 @@ fn engine_logprobs_equal_scoring_logprobs() {
                     response_ids: g.token_ids.clone(),
                 }],
                 with_entropy: false,
+                ..Default::default()
             },
             &ScoringOptions::default(),
             &device,

@@ -1,17 +1,28 @@
-//! `BurnPolicy` as roll-core's `Policy`: generation → train step → weight sync → the next
-//! generation uses the new weights; the train–inference gap metric; frozen and critic roles;
-//! checkpoint and resume through the policy.
+//! The Burn roles: `BurnPolicy` as roll-core's `Policy` (generation → train step → one weight
+//! sync → the next generation uses the new weights; the train–inference gap metric; PPO epochs
+//! inside one step; the two scoring kernels), `BurnFrozen`, `BurnReference`, `BurnCritic`;
+//! checkpoint and resume through the policy. (That a reference cannot train or a critic generate
+//! is checked by the compiler: see the `compile_fail` examples on `roll_backend_burn::policy`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use roll_backend_burn::train::TrainerConfig;
-use roll_backend_burn::{BurnPolicy, Device, PolicyOptions, load_model};
-use roll_core::policy::{
-    GenerationRequest, Objective, Policy, SamplingParams, ScoreRequest, ScoreSequence,
+use roll_backend_burn::{
+    BurnCritic, BurnFrozen, BurnPolicy, BurnReference, Device, HfTokenizer, PolicyOptions,
+    load_model,
 };
-use roll_core::{SampleId, TrainBatch, TrainSequence, WeightVersion};
+use roll_core::policy::{
+    Generate, GenerationRequest, Objective, SamplingParams, Score, ScoreKernels, ScoreRequest,
+    ScoreSequence, Train,
+};
+use roll_core::{SampleId, Tokenizer, TrainBatch, TrainSequence, WeightVersion};
+use std::sync::Arc;
 use support::fixture;
+
+fn tokenizer(name: &str) -> Arc<dyn Tokenizer> {
+    Arc::new(HfTokenizer::from_dir(fixture(name)).unwrap())
+}
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -44,6 +55,7 @@ fn reinforce(prompt: &[u32], response: &[u32], logprobs: &[f32]) -> TrainBatch {
         response_ids: response.to_vec(),
         loss_mask: vec![true; n],
         old_logprobs: logprobs.to_vec(),
+        rollout_logprobs: logprobs.to_vec(),
         ref_logprobs: None,
         advantages: vec![1.0; n],
         returns: Some(vec![0.5; n]),
@@ -61,14 +73,22 @@ fn score_request(prompt: &[u32], response: &[u32]) -> ScoreRequest {
             response_ids: response.to_vec(),
         }],
         with_entropy: false,
+        ..Default::default()
     }
+}
+
+fn actor(name: &str, trainer: TrainerConfig, options: PolicyOptions) -> BurnPolicy {
+    let model = load_model(fixture(name), &Device::flex()).unwrap();
+    BurnPolicy::new(model, tokenizer(name), trainer, options).unwrap()
 }
 
 #[test]
 fn an_actor_step_syncs_weights_and_keeps_the_gap_small() {
-    let device = Device::flex();
-    let model = load_model(fixture("tiny-qwen2-sft"), &device).unwrap();
-    let policy = BurnPolicy::actor(model, trainer_config(), PolicyOptions::default()).unwrap();
+    let policy = actor(
+        "tiny-qwen2-sft",
+        trainer_config(),
+        PolicyOptions::default(),
+    );
     rt().block_on(async {
         let prompt = vec![10u32, 11, 12, 13];
         assert_eq!(policy.weight_version(), WeightVersion(0));
@@ -83,7 +103,7 @@ fn an_actor_step_syncs_weights_and_keeps_the_gap_small() {
             .unwrap();
         let out = policy
             .train_step(
-                &reinforce(&prompt, &g.token_ids, &g.logprobs),
+                reinforce(&prompt, &g.token_ids, &g.logprobs),
                 &Objective::default(),
             )
             .await
@@ -110,43 +130,94 @@ fn an_actor_step_syncs_weights_and_keeps_the_gap_small() {
 }
 
 #[test]
-fn frozen_policies_generate_but_refuse_to_train() {
-    let device = Device::flex();
-    let model = load_model(fixture("tiny-qwen2"), &device).unwrap();
-    let policy = BurnPolicy::frozen(model, PolicyOptions::default()).unwrap();
+fn ppo_epochs_run_inside_one_step_and_sync_the_weights_once() {
+    let config = TrainerConfig {
+        epochs: 3,
+        ..trainer_config()
+    };
+    let policy = actor("tiny-qwen2-sft", config, PolicyOptions::default());
     rt().block_on(async {
+        let prompt = vec![10u32, 11, 12];
         let g = policy
-            .generate(GenerationRequest::new(vec![1, 2, 3], sampled(0)))
+            .generate(GenerationRequest::new(prompt.clone(), sampled(2)))
             .await
             .unwrap();
-        let err = policy
+        let out = policy
             .train_step(
-                &reinforce(&[1, 2, 3], &g.token_ids, &g.logprobs),
+                reinforce(&prompt, &g.token_ids, &g.logprobs),
                 &Objective::default(),
             )
             .await
-            .unwrap_err();
-        assert!(err.to_string().contains("frozen"), "{err}");
-        assert_eq!(policy.weight_version(), WeightVersion(0));
+            .unwrap();
+        assert_eq!(out.metrics["epochs"], 3.0);
+        // Three optimiser updates, one weight version.
+        assert_eq!(out.metrics["step"], 3.0);
+        assert_eq!(policy.weight_version(), WeightVersion(1));
+        assert_eq!(policy.engine().stats().weight_version, WeightVersion(1));
     });
 }
 
 #[test]
-fn a_critic_learns_values_and_does_not_generate() {
+fn the_two_scoring_kernels_agree_and_inference_reproduces_the_sampled_logprobs() {
+    let policy = actor(
+        "tiny-qwen2-sft",
+        trainer_config(),
+        PolicyOptions::default(),
+    );
+    rt().block_on(async {
+        let prompt = vec![30u32, 31, 32, 33];
+        let g = policy
+            .generate(GenerationRequest::new(prompt.clone(), sampled(5)))
+            .await
+            .unwrap();
+        let mut request = score_request(&prompt, &g.token_ids);
+        request.kernels = ScoreKernels::Inference;
+        let inference = policy.score(&request).await.unwrap();
+        request.kernels = ScoreKernels::Training;
+        let training = policy.score(&request).await.unwrap();
+        // The engine's kernels give back exactly what the rollout was sampled with.
+        assert_eq!(inference[0].logprobs, g.logprobs);
+        for (a, b) in inference[0].logprobs.iter().zip(&training[0].logprobs) {
+            assert!((a - b).abs() < 1e-4, "inference {a} vs training {b}");
+        }
+    });
+}
+
+#[test]
+fn frozen_roles_generate_and_score_with_the_weights_they_were_given() {
+    let device = Device::flex();
+    let model = load_model(fixture("tiny-qwen2"), &device).unwrap();
+    let judge = BurnFrozen::new(
+        model.clone(),
+        tokenizer("tiny-qwen2"),
+        PolicyOptions::default(),
+    )
+    .unwrap();
+    let reference = BurnReference::new(model, PolicyOptions::default()).unwrap();
+    rt().block_on(async {
+        let g = judge
+            .generate(GenerationRequest::new(vec![1, 2, 3], sampled(0)))
+            .await
+            .unwrap();
+        assert_eq!(judge.weight_version(), WeightVersion(0));
+        let request = score_request(&[1, 2, 3], &g.token_ids);
+        let a = judge.score(&request).await.unwrap();
+        let b = reference.score(&request).await.unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[0].logprobs, g.logprobs);
+    });
+}
+
+#[test]
+fn a_critic_learns_values() {
     let device = Device::flex();
     let trunk = load_model(fixture("tiny-qwen2"), &device).unwrap();
     let config = TrainerConfig {
         lr: 1e-2,
         ..TrainerConfig::default()
     };
-    let critic = BurnPolicy::critic(trunk, None, config, PolicyOptions::default()).unwrap();
+    let critic = BurnCritic::new(trunk, None, config, PolicyOptions::default()).unwrap();
     rt().block_on(async {
-        assert!(
-            critic
-                .generate(GenerationRequest::new(vec![1, 2], sampled(0)))
-                .await
-                .is_err()
-        );
         let (prompt, response) = (vec![5u32, 6, 7], vec![8u32, 9, 10, 11]);
         let batch = reinforce(&prompt, &response, &[0.0; 4]); // returns 0.5 everywhere
         let error = |scores: &[roll_core::policy::TokenScores]| {
@@ -160,8 +231,13 @@ fn a_critic_learns_values_and_does_not_generate() {
                 .unwrap(),
         );
         let objective = Objective::default();
+        let mut version = WeightVersion(0);
         for _ in 0..5 {
-            critic.train_step(&batch, &objective).await.unwrap();
+            version = critic
+                .train_step(batch.clone(), &objective)
+                .await
+                .unwrap()
+                .weight_version;
         }
         let last = error(
             &critic
@@ -170,21 +246,19 @@ fn a_critic_learns_values_and_does_not_generate() {
                 .unwrap(),
         );
         assert!(last < first * 0.9, "value error {first} -> {last}");
-        assert_eq!(critic.weight_version(), WeightVersion(5));
+        assert_eq!(version, WeightVersion(5));
     });
 }
 
 #[test]
 fn checkpoint_and_resume_through_the_policy_continue_exactly() {
-    let device = Device::flex();
-    let model = load_model(fixture("tiny-qwen2-sft"), &device).unwrap();
     let dir = std::env::temp_dir().join(format!("roll-policy-ckpt-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let options = || PolicyOptions {
         gap_probe_tokens: 0,
         ..PolicyOptions::default()
     };
-    let policy = BurnPolicy::actor(model, trainer_config(), options()).unwrap();
+    let policy = actor("tiny-qwen2-sft", trainer_config(), options());
     rt().block_on(async {
         let prompt = vec![20u32, 21, 22];
         let g = policy
@@ -193,18 +267,18 @@ fn checkpoint_and_resume_through_the_policy_continue_exactly() {
             .unwrap();
         let batch = reinforce(&prompt, &g.token_ids, &g.logprobs);
         policy
-            .train_step(&batch, &Objective::default())
+            .train_step(batch.clone(), &Objective::default())
             .await
             .unwrap();
         policy.save_checkpoint(&dir).unwrap();
-        let resumed = BurnPolicy::resume_actor(&dir, options()).unwrap();
+        let resumed = BurnPolicy::resume(&dir, tokenizer("tiny-qwen2-sft"), options()).unwrap();
         assert_eq!(resumed.weight_version(), WeightVersion(1));
         let a = policy
-            .train_step(&batch, &Objective::default())
+            .train_step(batch.clone(), &Objective::default())
             .await
             .unwrap();
         let b = resumed
-            .train_step(&batch, &Objective::default())
+            .train_step(batch, &Objective::default())
             .await
             .unwrap();
         assert_eq!(a.metrics["loss"], b.metrics["loss"]);

@@ -24,6 +24,7 @@ fn request(with_entropy: bool) -> ScoreRequest {
     ScoreRequest {
         sequences,
         with_entropy,
+        ..Default::default()
     }
 }
 
@@ -62,6 +63,7 @@ fn padding_side_and_micro_batching_do_not_change_scores() {
             let one = ScoreRequest {
                 sequences: vec![s.clone()],
                 with_entropy: true,
+                ..Default::default()
             };
             score(&model, None, &one, &ScoringOptions::default(), &device)
                 .unwrap()
@@ -141,6 +143,7 @@ fn bad_inputs_are_errors() {
             response_ids: vec![512],
         }],
         with_entropy: false,
+        ..Default::default()
     };
     let err = score(&model, None, &oov, &ScoringOptions::default(), &device).unwrap_err();
     assert!(
@@ -159,6 +162,7 @@ fn bad_inputs_are_errors() {
             response_ids: vec![3],
         }],
         with_entropy: false,
+        ..Default::default()
     };
     assert!(
         score(
@@ -176,6 +180,7 @@ fn bad_inputs_are_errors() {
             response_ids: vec![],
         }],
         with_entropy: false,
+        ..Default::default()
     };
     let out = score(
         &model,

@@ -72,6 +72,7 @@ fn batch(model: &CausalLm, n: usize, seed: u64) -> TrainBatch {
                 response_ids,
                 loss_mask,
                 old_logprobs: vec![0.0; r],
+                rollout_logprobs: vec![0.0; r],
                 ref_logprobs: None,
                 advantages,
                 returns: None,
@@ -487,6 +488,7 @@ fn lora_trains_adapters_only_and_merges_exactly() {
             response_ids: vec![4, 5],
         }],
         with_entropy: false,
+        ..Default::default()
     };
     let opts = ScoringOptions::default();
     let r = t.reference_scores(&request, &opts).unwrap();
@@ -838,5 +840,6 @@ fn score_request(seqs: &[TrainSequence]) -> ScoreRequest {
             })
             .collect(),
         with_entropy: false,
+        ..Default::default()
     }
 }

@@ -12,7 +12,7 @@
 
 use crate::tokenizer::{ChatMessage, Role, Tokenizer};
 use crate::{
-    AbortSignal, Env, Error, FinishReason, GenerationRequest, GroupId, Policy, Prompt, PromptId,
+    AbortSignal, Env, Error, FinishReason, GenerationRequest, GroupId, Prompt, PromptId,
     Result, SampleId, SamplingParams, Trajectory,
 };
 use std::collections::hash_map::DefaultHasher;
@@ -91,7 +91,7 @@ pub struct EpisodeIds {
 /// If the environment fails, the policy fails, or the tokenizer cannot render the conversation.
 /// An invalid action is not an error (the environment penalises it).
 pub async fn play_episode(
-    policy: &dyn Policy,
+    policy: &dyn crate::policy::Generate,
     tokenizer: &dyn Tokenizer,
     env: &mut dyn Env,
     ids: EpisodeIds,

@@ -9,7 +9,9 @@
 //!   per-token log-probs, loss mask, reward and the [`WeightVersion`] that generated it; rewarded
 //!   groups become a [`TrainBatch`].
 //! * **Five traits**, each small, each a seam where a researcher plugs in their own code:
-//!   - [`Policy`] — a model role (actor, reference, critic, judge): generate, score, train, version.
+//!   - [`Policy`] — the actor: [`Generate`] + [`Score`] + [`Train`]. Each role takes only the
+//!     capabilities it has: a reference is a [`Score`], a critic a [`Critic`] (score + train), a
+//!     judge a [`Generate`].
 //!   - [`RewardWorker`] — scores one sample; any `Fn(&Sample) -> f32` closure is one.
 //!   - [`Env`] — a text environment for multi-turn agents: `reset(seed)`, `step(action)`.
 //!   - [`Strategy`] — how a role is placed on devices and how its work is split across replicas.
@@ -46,7 +48,8 @@ pub use data::{
 pub use env::{Env, EnvStatus, Observation, StepResult};
 pub use error::{BoxError, Error, Result};
 pub use policy::{
-    Generation, GenerationRequest, Policy, SamplingParams, ScoreRequest, TokenScores, TrainOutput,
+    Critic, Generate, Generation, GenerationRequest, Policy, SamplingParams, Score, ScoreKernels,
+    ScoreRequest, TokenScores, Train, TrainOutput,
 };
 pub use reward::{IntoReward, RewardWorker};
 pub use scheduler::{RolloutBatch, Scheduler};

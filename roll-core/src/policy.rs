@@ -86,6 +86,20 @@ pub struct ScoreSequence {
     pub response_ids: Vec<u32>,
 }
 
+/// Which code path computes a score: the numbers of the two can differ in the last bits (the
+/// train–inference gap), so the caller says which one it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreKernels {
+    /// The kernels that generate: the log-probs a rollout was sampled with. Usually the fastest;
+    /// right for reference log-probs and evaluation.
+    #[default]
+    Inference,
+    /// The forward of the training step: the "old" log-probs of PPO's ratio must come from the
+    /// same arithmetic as the log-probs being trained (ROLL's `enable_old_logprobs_recompute`).
+    Training,
+}
+
 /// Sequences to score in one call (the reference and old-policy passes of RL).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ScoreRequest {
@@ -93,6 +107,8 @@ pub struct ScoreRequest {
     pub sequences: Vec<ScoreSequence>,
     /// Also compute the entropy of the next-token distribution at each response position.
     pub with_entropy: bool,
+    /// Which kernels compute the scores.
+    pub kernels: ScoreKernels,
 }
 
 /// Per-response-token results of scoring one sequence.
@@ -118,15 +134,59 @@ pub struct TrainOutput {
 /// What a train step optimises: the policy objective and value loss from roll-algos.
 pub type Objective = roll_algos::loss::ObjectiveConfig;
 
-/// A model role: actor, reference, critic or judge.
+/// Generates completions: what a rollout needs from the actor, and what a judge is.
 ///
-/// One trait for all roles keeps pipelines ignorant of what runs underneath: a Burn model on a CPU,
-/// a sharded model on GPUs, or a mock in a test. Each request is independent — many can be in
-/// flight at once and each can be aborted through its [`AbortSignal`] — so a scheduler can treat
-/// rollouts sample by sample.
-///
+/// Each request is independent — many can be in flight at once and each can be aborted through
+/// its [`AbortSignal`](crate::AbortSignal) — so a scheduler can treat rollouts sample by sample.
 /// Implementations must not block the async runtime: long work runs on the implementation's own
 /// threads and the futures only wait.
+#[async_trait]
+pub trait Generate: Send + Sync {
+    /// Generates one completion. An aborted request returns the tokens produced so far with
+    /// [`FinishReason::Abort`].
+    ///
+    /// # Errors
+    /// If the backend fails or the prompt is invalid (e.g. token ids outside the vocabulary).
+    async fn generate(&self, request: GenerationRequest) -> Result<Generation>;
+
+    /// The version of the weights new generations will use.
+    fn weight_version(&self) -> WeightVersion;
+}
+
+/// Scores given sequences: per-token log-probs, entropy and (for a critic) values. All a
+/// reference model does.
+#[async_trait]
+pub trait Score: Send + Sync {
+    /// Per-token log-probs (and optionally entropy and values) of given sequences, computed by
+    /// the kernels the request names.
+    ///
+    /// # Errors
+    /// If the backend fails or a sequence is invalid.
+    async fn score(&self, request: &ScoreRequest) -> Result<Vec<TokenScores>>;
+}
+
+/// Learns: one optimisation step on a batch. The actor and the critic train; a reference or a
+/// judge does not implement this trait, so asking one to train does not compile.
+#[async_trait]
+pub trait Train: Send + Sync {
+    /// One training step on `batch` under `objective` — as many passes over the batch as the
+    /// trainer is configured for (PPO epochs) — after which the new weights are published to the
+    /// policy's own inference side, once.
+    ///
+    /// The batch is taken by value: the trainer may move it to its own thread without a copy.
+    ///
+    /// # Errors
+    /// If the backend fails or the batch lacks an input the objective needs.
+    async fn train_step(&self, batch: TrainBatch, objective: &Objective) -> Result<TrainOutput>;
+}
+
+/// The actor: a model that generates rollouts, scores them and learns from them. Implemented
+/// for every type that can do the three ([`Generate`], [`Score`], [`Train`]).
+///
+/// The roles of a pipeline are capabilities, not run-time flags: the pipeline takes the actor as
+/// `Arc<dyn Policy>`, the reference as `Arc<dyn Score>`, the critic as `Arc<dyn Critic>`, a judge
+/// as `Arc<dyn Generate>`. A reference cannot be asked to train and a critic cannot be asked to
+/// generate, because the types have no such method.
 ///
 /// # Example
 /// A policy that always answers "42" (the `testing` feature has a more useful mock):
@@ -138,7 +198,7 @@ pub type Objective = roll_algos::loss::ObjectiveConfig;
 /// struct FortyTwo;
 ///
 /// #[async_trait]
-/// impl Policy for FortyTwo {
+/// impl Generate for FortyTwo {
 ///     async fn generate(&self, _req: GenerationRequest) -> roll_core::Result<Generation> {
 ///         Ok(Generation {
 ///             token_ids: vec![52, 50],
@@ -148,45 +208,30 @@ pub type Objective = roll_algos::loss::ObjectiveConfig;
 ///             weight_version: WeightVersion(0),
 ///         })
 ///     }
+///     fn weight_version(&self) -> WeightVersion { WeightVersion(0) }
+/// }
+///
+/// #[async_trait]
+/// impl Score for FortyTwo {
 ///     async fn score(&self, req: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
 ///         Ok(req.sequences.iter().map(|s| TokenScores {
 ///             logprobs: vec![0.0; s.response_ids.len()],
 ///             ..Default::default()
 ///         }).collect())
 ///     }
-///     async fn train_step(&self, _b: &TrainBatch, _o: &Objective) -> roll_core::Result<TrainOutput> {
-///         Err(roll_core::Error::policy("FortyTwo cannot learn"))
-///     }
-///     fn weight_version(&self) -> WeightVersion { WeightVersion(0) }
 /// }
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// let out = FortyTwo.generate(GenerationRequest::new(vec![1], SamplingParams::default())).await.unwrap();
+/// let judge: &dyn Generate = &FortyTwo; // generates and scores, cannot train: not a Policy
+/// let out = judge.generate(GenerationRequest::new(vec![1], SamplingParams::default())).await.unwrap();
 /// assert_eq!(out.text, "42");
 /// # });
 /// ```
-#[async_trait]
-pub trait Policy: Send + Sync {
-    /// Generates one completion. An aborted request returns the tokens produced so far with
-    /// [`FinishReason::Abort`].
-    ///
-    /// # Errors
-    /// If the backend fails or the prompt is invalid (e.g. token ids outside the vocabulary).
-    async fn generate(&self, request: GenerationRequest) -> Result<Generation>;
+pub trait Policy: Generate + Score + Train {}
 
-    /// Per-token log-probs (and optionally entropy and values) of given sequences.
-    ///
-    /// # Errors
-    /// If the backend fails or a sequence is invalid.
-    async fn score(&self, request: &ScoreRequest) -> Result<Vec<TokenScores>>;
+impl<T: Generate + Score + Train + ?Sized> Policy for T {}
 
-    /// One optimisation step on `batch` under `objective`; the new weights are published to the
-    /// policy's own inference side before this returns.
-    ///
-    /// # Errors
-    /// If the role cannot train (a frozen reference) or the backend fails.
-    async fn train_step(&self, batch: &TrainBatch, objective: &Objective) -> Result<TrainOutput>;
+/// The critic: scores values with its value head and trains on the value loss.
+pub trait Critic: Score + Train {}
 
-    /// The version of the weights new generations will use.
-    fn weight_version(&self) -> WeightVersion;
-}
+impl<T: Score + Train + ?Sized> Critic for T {}

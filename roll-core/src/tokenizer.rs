@@ -81,6 +81,12 @@ pub trait Tokenizer: Send + Sync {
     /// The end-of-sequence token, if the model has one.
     fn eos_token_id(&self) -> Option<u32>;
 
+    /// Every id that ends a generation (some models have several, e.g. Qwen's `<|im_end|>` and
+    /// `<|endoftext|>`); an inference engine stops on each. Default: [`Self::eos_token_id`].
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_token_id().into_iter().collect()
+    }
+
     /// Renders a conversation with the model's chat template; with `add_generation_prompt` the text
     /// ends where the assistant's next message begins.
     ///

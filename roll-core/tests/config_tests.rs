@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use roll_core::Error;
 use roll_core::config::{
-    ComponentSpec, Config, ConfigLoader, DeviceSpec, Dtype, LrSchedule, ModelSource, Optimizer,
-    Pipeline, Resume,
+    ComponentSpec, Config, ConfigLoader, DeviceSpec, LrSchedule, ModelSource, Optimizer,
+    Pipeline, PromptFormat,
 };
 
 /// The smallest valid config.
@@ -113,8 +113,7 @@ fn missing_keys_take_their_defaults() {
     let config = load(BASE, &[]).expect("base config");
     assert_eq!(config.pipeline, Pipeline::Rlvr);
     assert_eq!(config.run.seed, 42);
-    assert_eq!(config.run.resume, Resume::No);
-    assert_eq!(config.model.dtype, Dtype::F32);
+    assert_eq!(config.model.prompt_format, PromptFormat::Chat);
     assert_eq!(config.model.device, DeviceSpec::Cpu);
     assert_eq!(config.rollout.max_staleness, 0);
     assert_eq!(config.rollout.sampling.top_k, None);
@@ -130,8 +129,8 @@ fn typed_values_are_read() {
         BASE,
         &[
             "model.device=cuda:1",
-            "model.dtype=bf16",
-            "run.resume=ckpt/step-10",
+            "model.prompt_format=plain",
+            "run.output_dir=runs/a",
             "rollout.sampling.top_k=50",
             "rollout.sampling.stop=[\"</answer>\", \"\\n\"]",
             "train.optimizer.kind=adamw",
@@ -139,8 +138,8 @@ fn typed_values_are_read() {
     )
     .expect("valid overrides");
     assert_eq!(config.model.device, DeviceSpec::Cuda(1));
-    assert_eq!(config.model.dtype, Dtype::Bf16);
-    assert_eq!(config.run.resume, Resume::From("ckpt/step-10".into()));
+    assert_eq!(config.model.prompt_format, PromptFormat::Plain);
+    assert_eq!(config.run.output_dir, std::path::PathBuf::from("runs/a"));
     assert_eq!(config.rollout.sampling.top_k, Some(50));
     assert_eq!(config.rollout.sampling.stop, ["</answer>", "\n"]);
     assert_eq!(config.train.optimizer, Optimizer::default());
@@ -195,7 +194,7 @@ fn env_vars_parse_like_figment() {
             ("ROLL_ROLLOUT__SAMPLING__TOP_P", "0.9"),
             ("ROLL_ROLLOUT__SAMPLING__STOP", "[\"a\", \"b\"]"),
             ("ROLL_RUN__NAME", "from-env"),
-            ("ROLL_RUN__RESUME", "true"),
+            ("ROLL_RUN__LOG_EVERY", "5"),
         ])
         .load()
         .expect("valid env");
@@ -203,7 +202,7 @@ fn env_vars_parse_like_figment() {
     assert_eq!(config.rollout.sampling.top_p, 0.9);
     assert_eq!(config.rollout.sampling.stop, ["a", "b"]);
     assert_eq!(config.run.name, "from-env");
-    assert_eq!(config.run.resume, Resume::Latest);
+    assert_eq!(config.run.log_every, 5);
 }
 
 #[test]
@@ -472,10 +471,10 @@ fn unknown_kind_lists_the_allowed_kinds() {
         "config key `train.lr_schedule.kind` has an invalid value \"cosin\"; \
          allowed: one of `constant`, `cosine` (from override train.lr_schedule.kind=cosin)"
     );
-    let err = load_err(BASE, &["model.dtype=fp32"]);
+    let err = load_err(BASE, &["model.prompt_format=raw"]);
     assert!(
         matches!(&err, Error::InvalidValue { key, allowed, .. }
-            if key == "model.dtype" && allowed == "one of `f32`, `bf16`, `f16`"),
+            if key == "model.prompt_format" && allowed == "one of `chat`, `plain`"),
         "{err:?}"
     );
     let err = load_err(BASE, &["pipeline=sft"]);
@@ -486,7 +485,7 @@ fn unknown_kind_lists_the_allowed_kinds() {
 fn missing_required_keys_are_named() {
     let cases: &[(&str, &str)] = &[
         ("", "model.source"),
-        ("[model]\ndtype = \"f32\"", "model.source"),
+        ("[model]\nprompt_format = \"plain\"", "model.source"),
         ("[model.source]\nkind = \"hf_dir\"", "model.source.path"),
         ("[model.source]\npath = \"m\"", "model.source.kind"),
         ("[model.source]\nkind = \"hf_dir\"\npath = \"m\"", "domains"),
@@ -569,7 +568,7 @@ fn to_toml_round_trips() {
         load(
             BASE,
             &[
-                "run.resume=true",
+                "train.recompute_old_logprobs=true",
                 "rollout.sampling.top_k=20",
                 "train.max_grad_norm=0.5",
                 "domains.math.reward.nested={a=1, b=[true, false]}",

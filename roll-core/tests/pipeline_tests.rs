@@ -10,8 +10,8 @@ use roll_core::pipeline::RlvrPipeline;
 use roll_core::scheduler::{RlvrScheduler, RlvrSchedulerConfig};
 use roll_core::testing::{ByteTokenizer, ConstantReward, EchoEnv, FailingReward, MockPolicy};
 use roll_core::{
-    AbortSignal, Env, GroupId, Policy, Prompt, PromptId, RewardWorker, Sample, SampleId,
-    SamplingParams, Scheduler, Tokenizer, WeightVersion,
+    AbortSignal, Env, Generate, GroupId, Policy, Prompt, PromptId, RewardWorker, Sample,
+    SampleId, SamplingParams, Scheduler, Tokenizer, WeightVersion,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +33,7 @@ fn scheduler_config(prompts_per_step: usize, group_size: usize) -> RlvrScheduler
 }
 
 fn scheduler(
-    policy: Arc<dyn Policy>,
+    policy: Arc<dyn Generate>,
     reward: Arc<dyn RewardWorker>,
     config: RlvrSchedulerConfig,
 ) -> RlvrScheduler {
@@ -43,6 +43,21 @@ fn scheduler(
         Arc::new(ByteTokenizer),
         reward,
         prompts("digits"),
+    )
+    .unwrap()
+}
+
+/// A pipeline whose scheduler draws `config` prompts scored by `reward`.
+fn pipeline(
+    policy: Arc<dyn Policy>,
+    reward: Arc<dyn RewardWorker>,
+    config: RlvrSchedulerConfig,
+) -> RlvrPipeline {
+    RlvrPipeline::new(
+        policy,
+        move |generator| Ok(Box::new(scheduler(generator, reward, config)) as Box<dyn Scheduler>),
+        AlgorithmConfig::default(),
+        Default::default(),
     )
     .unwrap()
 }
@@ -61,15 +76,7 @@ fn sevens(s: &Sample) -> f32 {
 async fn mock_policy_constant_reward_pipeline_runs_steps_and_versions_advance() {
     let policy: Arc<dyn Policy> = Arc::new(MockPolicy::digits());
     let reward: Arc<dyn RewardWorker> = Arc::new(ConstantReward(0.5));
-    let sched: Box<dyn Scheduler> =
-        Box::new(scheduler(policy.clone(), reward, scheduler_config(3, 4)));
-    let mut pipeline = RlvrPipeline::new(
-        sched,
-        policy.clone(),
-        AlgorithmConfig::default(),
-        Default::default(),
-    )
-    .unwrap();
+    let mut pipeline = pipeline(policy.clone(), reward, scheduler_config(3, 4));
     for step in 0..3u64 {
         let report = pipeline.step().await.unwrap();
         assert_eq!(report.step, step);
@@ -90,14 +97,7 @@ async fn grpo_on_a_closure_reward_learns_to_say_seven() {
     let mock = Arc::new(MockPolicy::digits().with_learning_rate(4.0));
     let policy: Arc<dyn Policy> = mock.clone();
     let reward: Arc<dyn RewardWorker> = Arc::new(sevens);
-    let sched = Box::new(scheduler(policy.clone(), reward, scheduler_config(4, 8)));
-    let mut pipeline = RlvrPipeline::new(
-        sched,
-        policy,
-        AlgorithmConfig::default(),
-        Default::default(),
-    )
-    .unwrap();
+    let mut pipeline = pipeline(policy, reward, scheduler_config(4, 8));
     let first = pipeline.step().await.unwrap().reward_mean;
     let mut last = first;
     for _ in 0..14 {
@@ -128,13 +128,13 @@ async fn dynamic_filter_drops_groups_without_signal_and_pulls_new_prompts() {
     )
     .unwrap()
     .with_filter(filter);
-    let err = s.next_batch().await.unwrap_err().to_string();
+    let err = s.next_batch(WeightVersion(0)).await.unwrap_err().to_string();
     assert!(err.contains("exhausted with 0 of 2 groups"), "{err}");
 
     // With a reward that varies, groups pass and the filter counts nothing... mostly: a group
     // whose samples happen to tie is dropped and replaced.
     let mut s = scheduler(policy, Arc::new(sevens), scheduler_config(2, 8)).with_filter(filter);
-    let batch = s.next_batch().await.unwrap();
+    let batch = s.next_batch(WeightVersion(0)).await.unwrap();
     assert_eq!(batch.groups.len(), 2);
     for g in &batch.groups {
         let r = g.rewards().unwrap();
@@ -155,7 +155,7 @@ async fn a_failing_reward_costs_its_samples_not_the_run() {
         otherwise: 1.0,
     };
     let mut s = scheduler(policy, Arc::new(reward), scheduler_config(4, 6));
-    let batch = s.next_batch().await.unwrap();
+    let batch = s.next_batch(WeightVersion(0)).await.unwrap();
     assert_eq!(batch.groups.len(), 4);
     assert!(batch.stats.samples_failed > 0, "some responses contain a 3");
     for g in &batch.groups {
@@ -172,7 +172,7 @@ async fn a_panicking_reward_costs_its_samples_not_the_run() {
         1.0
     };
     let mut s = scheduler(policy, Arc::new(reward), scheduler_config(3, 6));
-    let batch = s.next_batch().await.unwrap();
+    let batch = s.next_batch(WeightVersion(0)).await.unwrap();
     assert_eq!(batch.groups.len(), 3);
     assert!(batch.stats.samples_failed > 0);
 }
@@ -191,7 +191,7 @@ async fn synchronous_mode_aborts_leftovers_and_async_mode_keeps_them_within_stal
     let mut config = scheduler_config(2, 2);
     config.oversample_prompts = 4;
     let mut s = scheduler(policy, Arc::new(ConstantReward(1.0)), config.clone());
-    let batch = s.next_batch().await.unwrap();
+    let batch = s.next_batch(WeightVersion(0)).await.unwrap();
     assert_eq!(batch.groups.len(), 2);
     assert!(batch.stats.samples_aborted > 0, "{:?}", batch.stats);
 
@@ -199,18 +199,7 @@ async fn synchronous_mode_aborts_leftovers_and_async_mode_keeps_them_within_stal
     let mock = slow();
     let policy: Arc<dyn Policy> = mock.clone();
     config.max_staleness = 1;
-    let sched = Box::new(scheduler(
-        policy.clone(),
-        Arc::new(ConstantReward(1.0)),
-        config,
-    ));
-    let mut pipeline = RlvrPipeline::new(
-        sched,
-        policy,
-        AlgorithmConfig::default(),
-        Default::default(),
-    )
-    .unwrap();
+    let mut pipeline = pipeline(policy, Arc::new(ConstantReward(1.0)), config);
     for _ in 0..4 {
         let report = pipeline.step().await.unwrap();
         assert!(report.rollout.max_staleness <= 1, "{:?}", report.rollout);
@@ -220,7 +209,7 @@ async fn synchronous_mode_aborts_leftovers_and_async_mode_keeps_them_within_stal
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_env_episode_records_turns_masks_and_rewards() {
-    let policy: Box<dyn Policy> = Box::new(MockPolicy::digits());
+    let policy: Box<dyn Generate> = Box::new(MockPolicy::digits());
     let tokenizer: Box<dyn Tokenizer> = Box::new(ByteTokenizer);
     let mut env: Box<dyn Env> = Box::new(EchoEnv::new(3));
     let config = EpisodeConfig {

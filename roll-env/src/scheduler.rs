@@ -2,7 +2,7 @@
 
 use crate::{EnvError, EnvManager, EnvManagerConfig, EnvRegistry, registry::BUILTIN_KINDS};
 use async_trait::async_trait;
-use roll_core::Policy;
+use roll_core::{Generate, WeightVersion};
 use roll_core::config::{AgenticConfig, ComponentSpec};
 use roll_core::scheduler::{RolloutBatch, Scheduler};
 use roll_core::tokenizer::Tokenizer;
@@ -49,15 +49,22 @@ impl AgenticScheduler {
     pub fn from_config(
         agentic: &AgenticConfig,
         registry: &EnvRegistry,
-        policy: Arc<dyn Policy>,
+        policy: Arc<dyn Generate>,
         tokenizer: Arc<dyn Tokenizer>,
         seed: u64,
     ) -> Result<Self, EnvError> {
-        let spec = with_default_penalty(&agentic.env, agentic.format_penalty);
+        let spec = Self::env_spec(agentic);
         let factory = registry.factory(&spec)?;
         let config = EnvManagerConfig::from_agentic(agentic, seed)?;
         let manager = EnvManager::new(config, factory, policy, tokenizer)?;
         Self::new(manager, agentic.num_groups as usize)
+    }
+
+    /// The environment an `[agentic]` section plays: `agentic.env` with the section's
+    /// `format_penalty` filled in for built-in environments whose options do not set their own
+    /// (ROLL's env-level `format_penalty` wins the same way).
+    pub fn env_spec(agentic: &AgenticConfig) -> ComponentSpec {
+        with_default_penalty(&agentic.env, agentic.format_penalty)
     }
 
     /// The manager (incidents, totals, watchdog).
@@ -83,7 +90,7 @@ fn with_default_penalty(spec: &ComponentSpec, penalty: f64) -> ComponentSpec {
 
 #[async_trait]
 impl Scheduler for AgenticScheduler {
-    async fn next_batch(&mut self) -> roll_core::Result<RolloutBatch> {
+    async fn next_batch(&mut self, _current: WeightVersion) -> roll_core::Result<RolloutBatch> {
         Ok(self.manager.collect(self.num_groups).await?)
     }
 }

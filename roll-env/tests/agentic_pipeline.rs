@@ -6,6 +6,7 @@
 use roll_algos::AlgorithmConfig;
 use roll_core::episode::EpisodeConfig;
 use roll_core::pipeline::{RlvrPipeline, RlvrPipelineConfig};
+use roll_core::scheduler::Scheduler;
 use roll_core::testing::{ByteTokenizer, MockPolicy};
 use roll_core::{Env, EnvStatus, Observation, Policy, SamplingParams, StepResult};
 use roll_env::{AgenticScheduler, EnvFactory, EnvManager, EnvManagerConfig};
@@ -61,11 +62,13 @@ async fn agentic_grpo_through_the_env_manager_learns() {
         num_threads: 4,
         ..Default::default()
     };
-    let manager = EnvManager::new(config, factory, actor.clone(), Arc::new(ByteTokenizer)).unwrap();
-    let scheduler = AgenticScheduler::new(manager, 4).unwrap();
+    let scheduler = move |generator| -> roll_core::Result<Box<dyn Scheduler>> {
+        let manager = EnvManager::new(config, factory, generator, Arc::new(ByteTokenizer))?;
+        Ok(Box::new(AgenticScheduler::new(manager, 4)?))
+    };
     let mut pipeline = RlvrPipeline::new(
-        Box::new(scheduler),
         actor,
+        scheduler,
         AlgorithmConfig::default(),
         RlvrPipelineConfig {
             max_response_tokens: 64,

@@ -274,7 +274,7 @@ async fn the_agentic_scheduler_plays_a_builtin_env_from_config() {
         AgenticScheduler::from_config(&agentic, &registry, policy(), Arc::new(ByteTokenizer), 1)
             .unwrap();
     let s: &mut dyn Scheduler = &mut scheduler;
-    let batch = s.next_batch().await.unwrap();
+    let batch = s.next_batch(roll_core::WeightVersion(0)).await.unwrap();
     assert_eq!((batch.groups.len(), batch.num_samples()), (2, 4));
     for t in batch.groups.iter().flat_map(|g| g.samples()) {
         // "LRUD" soup never parses: three penalised no-op turns.

@@ -6,7 +6,7 @@ mod common;
 use common::{ScriptedPolicy, sample};
 use roll_core::config::ComponentSpec;
 use roll_core::testing::ByteTokenizer;
-use roll_core::{Policy, RewardWorker};
+use roll_core::{Generate, RewardWorker};
 use roll_reward::judge::{LlmJudge, LlmJudgeConfig, ScoreForm, parse_judge_score};
 use roll_reward::router::RewardRegistry;
 use std::sync::Arc;
@@ -192,7 +192,7 @@ async fn the_limit_holds_across_separate_callers() {
 
 #[tokio::test]
 async fn the_registry_builds_a_judge_when_given_one() {
-    let policy: Arc<dyn Policy> = Arc::new(ScriptedPolicy::fixed("Rating: 9"));
+    let policy: Arc<dyn Generate> = Arc::new(ScriptedPolicy::fixed("Rating: 9"));
     let registry = RewardRegistry::with_builtins().with_judge(policy, Arc::new(ByteTokenizer));
     let built = registry
         .build(

@@ -28,7 +28,8 @@ pub struct EngineConfig {
     pub max_cached_tokens: usize,
     /// Tokens fed to the model in one forward call (decode tokens first, then prompt chunks).
     pub max_batch_tokens: usize,
-    /// Token ids that end every request (the model's EOS), besides each request's own stop ids.
+    /// Token ids that end every request besides the tokenizer's EOS ids (which the engine adds
+    /// itself) and each request's own stop ids.
     pub eos_token_ids: Vec<u32>,
     /// Seed of the streams of requests that carry no seed of their own.
     pub seed: u64,
@@ -53,6 +54,16 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// The engine a run config describes: `rollout.max_running_requests` sequences decoded at
+    /// once, seed derived from `run.seed`; capacities not in the config keep their defaults.
+    pub fn from_config(config: &roll_core::config::Config) -> Self {
+        Self {
+            max_seqs: config.rollout.max_running_requests as usize,
+            seed: roll_core::rng::derive_seed(config.run.seed, "engine"),
+            ..Self::default()
+        }
+    }
+
     /// Checks that every capacity is positive.
     ///
     /// # Errors

@@ -19,7 +19,8 @@ use tokio::sync::oneshot;
 /// Sends a request to the engine thread.
 type SubmitFn = dyn Fn(Submission) -> Result<()> + Send + Sync;
 /// Converts a model into the engine's weights (on the caller's thread) and sends them over.
-type SyncFn = dyn Fn(&CausalLm) -> Result<oneshot::Receiver<Result<WeightVersion>>> + Send + Sync;
+type SyncFn =
+    dyn Fn(&ServedWeights) -> Result<oneshot::Receiver<Result<WeightVersion>>> + Send + Sync;
 
 /// A continuous-batching inference engine running on its own thread.
 ///
@@ -69,6 +70,48 @@ impl DecoderKind {
     }
 }
 
+/// A model's weights in every layout its consumers need, built once per weight version: the Burn
+/// model (training-path scoring, [`BurnDecoder`]) and, when the engine decodes with the
+/// [`CpuDecoder`], its weights in that layout — shared by the engine and inference-path scoring
+/// instead of being converted twice.
+#[derive(Clone)]
+pub struct ServedWeights {
+    model: CausalLm,
+    cpu: Option<Arc<CpuDecoder>>,
+}
+
+impl std::fmt::Debug for ServedWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedWeights")
+            .field("cpu_layout", &self.cpu.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServedWeights {
+    /// `model`, plus its CPU-decoder layout when `kind` is [`DecoderKind::Cpu`].
+    ///
+    /// # Errors
+    /// If the CPU decoder cannot take the model's weights.
+    pub fn new(model: CausalLm, kind: DecoderKind) -> Result<Self> {
+        let cpu = match kind {
+            DecoderKind::Cpu => Some(Arc::new(CpuDecoder::from_model(&model)?)),
+            DecoderKind::Burn => None,
+        };
+        Ok(Self { model, cpu })
+    }
+
+    /// The Burn model.
+    pub fn model(&self) -> &CausalLm {
+        &self.model
+    }
+
+    /// The weights in the CPU decoder's layout, when they were built.
+    pub fn cpu(&self) -> Option<&Arc<CpuDecoder>> {
+        self.cpu.as_ref()
+    }
+}
+
 /// A snapshot of the engine's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EngineStats {
@@ -87,22 +130,28 @@ pub struct EngineStats {
 }
 
 impl Engine {
-    /// Starts the engine thread on `weights`; `prepare` converts a model into this backend's
-    /// weights at every [`Engine::sync_weights`].
+    /// Starts the engine thread on `weights`; `prepare` turns served weights into this backend's
+    /// weights at every [`Engine::sync_weights`]. Generation ends on the tokenizer's EOS ids
+    /// (when there is a tokenizer) and on every id of [`EngineConfig::eos_token_ids`].
     ///
     /// # Errors
     /// An invalid `config`, or a cache that cannot be allocated.
     pub fn start<B, F>(
         weights: B,
         prepare: F,
-        config: EngineConfig,
+        mut config: EngineConfig,
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self>
     where
         B: DecodeBackend,
-        F: Fn(&CausalLm) -> Result<B> + Send + Sync + 'static,
+        F: Fn(&ServedWeights) -> Result<Arc<B>> + Send + Sync + 'static,
     {
         config.validate()?;
+        for eos in tokenizer.iter().flat_map(|t| t.eos_token_ids()) {
+            if !config.eos_token_ids.contains(&eos) {
+                config.eos_token_ids.push(eos);
+            }
+        }
         let vocab_size = weights.vocab_size();
         let max_request_tokens = config.max_cached_tokens;
         let stats = Arc::new(SharedStats::default());
@@ -119,8 +168,8 @@ impl Engine {
                 .send(Command::Submit(Box::new(sub)))
                 .map_err(|_| closed())
         };
-        let sync = move |model: &CausalLm| {
-            let weights = Arc::new(prepare(model)?);
+        let sync = move |served: &ServedWeights| {
+            let weights = prepare(served)?;
             let (reply, answer) = oneshot::channel();
             tx.send(Command::Sync { weights, reply })
                 .map_err(|_| closed())?;
@@ -170,14 +219,18 @@ impl Engine {
         match kind {
             DecoderKind::Cpu => {
                 let weights = CpuDecoder::from_model(model)?;
-                Self::start(weights, CpuDecoder::from_model, config, tokenizer)
+                let prepare = |w: &ServedWeights| match w.cpu() {
+                    Some(cpu) => Ok(cpu.clone()),
+                    None => CpuDecoder::from_model(w.model()).map(Arc::new),
+                };
+                Self::start(weights, prepare, config, tokenizer)
             }
             DecoderKind::Burn => {
                 let device = device.clone();
                 let weights = BurnDecoder::from_model(model, &device)?;
                 Self::start(
                     weights,
-                    move |m| BurnDecoder::from_model(m, &device),
+                    move |w: &ServedWeights| BurnDecoder::from_model(w.model(), &device).map(Arc::new),
                     config,
                     tokenizer,
                 )
@@ -241,7 +294,11 @@ impl Engine {
     /// # Errors
     /// If the model cannot be converted, has another architecture, or the engine has stopped.
     pub async fn sync_weights(&self, model: &CausalLm) -> Result<WeightVersion> {
-        let answer = self.send_weights(model)?;
+        let served = ServedWeights {
+            model: model.clone(),
+            cpu: None,
+        };
+        let answer = self.send_weights(&served)?;
         answer
             .await
             .map_err(|_| BackendError::Engine("the engine thread has stopped".into()))?
@@ -252,18 +309,33 @@ impl Engine {
     /// # Errors
     /// As [`Engine::sync_weights`].
     pub fn sync_weights_blocking(&self, model: &CausalLm) -> Result<WeightVersion> {
-        let answer = self.send_weights(model)?;
+        self.sync_served_blocking(&ServedWeights {
+            model: model.clone(),
+            cpu: None,
+        })
+    }
+
+    /// Blocking weight sync from weights already converted for serving (the policy converts
+    /// once per step and shares the result with its scorer).
+    ///
+    /// # Errors
+    /// As [`Engine::sync_weights`].
+    pub fn sync_served_blocking(&self, served: &ServedWeights) -> Result<WeightVersion> {
+        let answer = self.send_weights(served)?;
         answer
             .blocking_recv()
             .map_err(|_| BackendError::Engine("the engine thread has stopped".into()))?
     }
 
-    fn send_weights(&self, model: &CausalLm) -> Result<oneshot::Receiver<Result<WeightVersion>>> {
+    fn send_weights(
+        &self,
+        served: &ServedWeights,
+    ) -> Result<oneshot::Receiver<Result<WeightVersion>>> {
         let sync = self
             .sync
             .as_ref()
             .ok_or_else(|| BackendError::Engine("the engine is shutting down".into()))?;
-        sync(model)
+        sync(served)
     }
 
     /// The version of the weights new requests use.

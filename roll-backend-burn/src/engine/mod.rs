@@ -46,6 +46,6 @@ pub use backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 pub use burn_decoder::BurnDecoder;
 pub use config::{EngineConfig, InFlightPolicy};
 pub use cpu::{CpuCache, CpuDecoder};
-pub use handle::{DecoderKind, Engine, EngineStats};
+pub use handle::{DecoderKind, Engine, EngineStats, ServedWeights};
 pub use request::{Aborter, GenerationEvent, RequestHandle};
 pub use sampler::{SampledToken, TokenSampler};

@@ -48,6 +48,9 @@ pub struct TrainerConfig {
     pub lora: Option<LoraConfig>,
     /// Seed of the trainer's random numbers (LoRA and value-head initialisation).
     pub seed: u64,
+    /// Passes over the batch in one train step (PPO epochs); each pass is one optimiser update,
+    /// and the inference side receives the weights once, after the last.
+    pub epochs: u32,
 }
 
 impl Default for TrainerConfig {
@@ -65,31 +68,49 @@ impl Default for TrainerConfig {
             total_steps: None,
             lora: None,
             seed: 0,
+            epochs: 1,
         }
     }
 }
 
-/// The learning-rate curve after warmup (see [`lr_at`](super::lr_at) for the formulas).
-///
-/// Serialised as `{ kind = "constant" }` or `{ kind = "cosine", min_lr_ratio = 0.1 }`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum LrSchedule {
-    /// The peak learning rate forever.
-    Constant {},
-    /// Half a cosine from the peak down to `min_lr_ratio × peak` at `total_steps`, then flat.
-    Cosine {
-        /// The floor as a fraction of the peak, in `[0, 1]`.
-        #[serde(default)]
-        min_lr_ratio: f64,
-    },
-}
-
-impl Default for LrSchedule {
-    fn default() -> Self {
-        Self::Constant {}
+impl TrainerConfig {
+    /// The trainer a run config describes: `[train]` (learning rate, warm-up, schedule over
+    /// `run.max_steps × train.ppo_epochs` optimiser steps, AdamW, clipping, micro-batch token
+    /// budget, epochs) with its seed derived from `run.seed`.
+    pub fn from_config(config: &roll_core::config::Config) -> Self {
+        let train = &config.train;
+        let roll_core::config::Optimizer::AdamW {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = train.optimizer;
+        Self {
+            lr: train.learning_rate,
+            betas: (beta1 as f32, beta2 as f32),
+            eps: eps as f32,
+            weight_decay: weight_decay as f32,
+            max_grad_norm: train.max_grad_norm.map(|n| n as f32),
+            micro_batch_tokens: Some(train.max_tokens_per_micro_batch as usize),
+            micro_batch_size: None,
+            schedule: train.lr_schedule,
+            warmup_steps: train.warmup_steps,
+            total_steps: Some(
+                config
+                    .run
+                    .max_steps
+                    .saturating_mul(u64::from(train.ppo_epochs.max(1))),
+            ),
+            lora: None,
+            seed: roll_core::rng::derive_seed(config.run.seed, "trainer"),
+            epochs: train.ppo_epochs.max(1),
+        }
     }
 }
+
+/// The learning-rate curve after warmup: the run config's type (see [`lr_at`](super::lr_at) for
+/// the formulas), so the schedule is defined once.
+pub use roll_core::config::LrSchedule;
 
 /// Low-rank adapters (LoRA, arXiv:2106.09685) on chosen linear layers:
 /// `W' = W + (alpha / rank)·A·B` with `A` random and `B = 0` at initialisation, so the adapted
@@ -212,6 +233,9 @@ impl TrainerConfig {
         }
         if let Some(lora) = &self.lora {
             lora.validate()?;
+        }
+        if self.epochs == 0 {
+            return Err(invalid("epochs", "0 passes over the batch (>= 1)"));
         }
         Ok(())
     }

@@ -256,6 +256,7 @@ impl<'a> Chunk<'a> {
 pub(crate) struct MetricSums {
     sums: BTreeMap<String, f64>,
     weighted: BTreeMap<String, f64>,
+    maxima: BTreeMap<String, f64>,
     tokens: f64,
 }
 
@@ -268,6 +269,11 @@ impl MetricSums {
         *self.weighted.entry(key.to_string()).or_default() += f64::from(value) * tokens as f64;
     }
 
+    pub(crate) fn add_max(&mut self, key: &str, value: f32) {
+        let m = self.maxima.entry(key.to_string()).or_insert(f64::NEG_INFINITY);
+        *m = m.max(f64::from(value));
+    }
+
     pub(crate) fn add_tokens(&mut self, tokens: usize) {
         self.tokens += tokens as f64;
     }
@@ -278,6 +284,7 @@ impl MetricSums {
         for (k, v) in self.weighted {
             out.insert(k, v / n);
         }
+        out.extend(self.maxima);
         out
     }
 }
@@ -424,6 +431,7 @@ mod tests {
             response_ids: vec![2; response],
             loss_mask: vec![trained; response],
             old_logprobs: vec![0.0; response],
+            rollout_logprobs: vec![0.0; response],
             ref_logprobs: None,
             advantages: vec![1.0; response],
             returns: None,

@@ -29,6 +29,7 @@
 //!     response_ids: vec![4, 5],
 //!     loss_mask: vec![true; 2],
 //!     old_logprobs: vec![-1.0; 2],
+//!     rollout_logprobs: vec![-1.0; 2],
 //!     ref_logprobs: None,
 //!     advantages: vec![1.0; 2],
 //!     returns: None,

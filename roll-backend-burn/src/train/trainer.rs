@@ -46,6 +46,7 @@ use std::path::{Path, PathBuf};
 ///     response_ids: vec![4, 5],
 ///     loss_mask: vec![true; 2],
 ///     old_logprobs: vec![-1.0; 2],
+///     rollout_logprobs: vec![-1.0; 2],
 ///     ref_logprobs: None,
 ///     advantages: vec![1.0; 2],
 ///     returns: None,
@@ -225,9 +226,8 @@ impl Trainer {
     /// (the padded length of the full batch), so that micro-batching does not change the loss.
     ///
     /// # Errors
-    /// [`BackendError::Train`] if the objective is invalid, needs an input the batch lacks
-    /// (`kl_loss` without `ref_logprobs`), or configures `train_infer_correction` (a
-    /// [`TrainSequence`] carries no rollout-engine log-probs besides `old_logprobs`);
+    /// [`BackendError::Train`] if the objective is invalid or needs an input the batch lacks
+    /// (`kl_loss` without `ref_logprobs`);
     /// [`BackendError::InvalidInput`] / [`BackendError::TokenOutOfVocab`] for a bad sequence.
     pub fn accumulate_gradients(
         &self,
@@ -276,6 +276,16 @@ impl Trainer {
                 ("ratio_mean", m.ratio_mean),
             ] {
                 sums.add_mean(k, v, chunk.trained);
+            }
+            if let Some(c) = m.correction {
+                for (k, v) in [
+                    ("train_infer/mean_abs_diff", c.mean_abs_diff),
+                    ("train_infer/filtered_frac", c.filtered_frac),
+                    ("train_infer/mean_is_weight", c.mean_is_weight),
+                ] {
+                    sums.add_mean(k, v, chunk.trained);
+                }
+                sums.add_max("train_infer/max_abs_diff", c.max_abs_diff);
             }
             sums.add_tokens(chunk.trained);
         }
@@ -347,18 +357,11 @@ impl Trainer {
     }
 }
 
-/// Validates the objective and rejects what a [`TrainBatch`] cannot feed.
+/// Validates the objective.
 pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
     objective
         .validate()
         .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
-    if objective.train_infer_correction.is_some() {
-        return Err(BackendError::Train(
-            "objective.train_infer_correction needs the rollout engine's log-probs next to \
-             recomputed old log-probs, but a TrainSequence carries only old_logprobs"
-                .into(),
-        ));
-    }
     Ok(objective.clone())
 }
 
@@ -384,6 +387,7 @@ fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, entropy_grad: bool) -> Pol
     )
     .with_sample_weights(chunk.per_sequence(|s| s.weight))
     .with_scores(chunk.per_sequence(|s| s.score))
+    .with_infer_logp(chunk.per_token(|s| &s.rollout_logprobs))
     .with_entropy(entropy);
     if chunk.seqs.iter().all(|s| s.ref_logprobs.is_some()) {
         inputs = inputs.with_ref_logp(

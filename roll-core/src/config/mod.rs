@@ -80,6 +80,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use roll_algos::AlgorithmConfig;
+use roll_algos::advantage::AdvantageEstimator;
+use roll_algos::shaping::RewardShaping;
 use serde::{Deserialize, Serialize};
 
 pub use crate::strategy::DeviceSpec;
@@ -87,9 +89,9 @@ pub use agentic::AgenticConfig;
 pub use component::ComponentSpec;
 pub use domain::DomainConfig;
 pub use load::ConfigLoader;
-pub use model::{Dtype, ModelConfig, ModelSource};
+pub use model::{ModelConfig, ModelSource, PromptFormat};
 pub use rollout::{RolloutConfig, SamplingConfig};
-pub use run::{Resume, RunConfig};
+pub use run::RunConfig;
 pub use train::{LrSchedule, Optimizer, TrainConfig};
 
 use crate::{Error, Result};
@@ -192,16 +194,125 @@ impl Config {
         self.validate_pipeline()
     }
 
-    /// The sections the chosen pipeline needs are present.
+    /// The sections the chosen pipeline needs are present, and the sections agree with each
+    /// other: a combination that cannot run is refused here, naming the key, rather than at the
+    /// first step.
     fn validate_pipeline(&self) -> Result<()> {
         let missing = match self.pipeline {
-            Pipeline::Rlvr if self.domains.is_empty() => "domains",
-            Pipeline::Agentic if self.agentic.is_none() => "agentic.env",
-            _ => return Ok(()),
+            Pipeline::Rlvr if self.domains.is_empty() => Some("domains"),
+            Pipeline::Agentic if self.agentic.is_none() => Some("agentic.env"),
+            _ => None,
         };
-        Err(Error::MissingKey {
-            key: missing.to_owned(),
-        })
+        if let Some(key) = missing {
+            return Err(Error::MissingKey {
+                key: key.to_owned(),
+            });
+        }
+        let refuse = |key: &str, value: &str, allowed: &str| {
+            Err(Error::InvalidValue {
+                key: key.to_owned(),
+                value: value.to_owned(),
+                allowed: allowed.to_owned(),
+                origin: None,
+            })
+        };
+        // Keys of the other pipeline would be read by nothing: refuse them rather than ignore.
+        match self.pipeline {
+            Pipeline::Rlvr => {
+                if self.agentic.is_some() {
+                    return refuse(
+                        "agentic",
+                        "a section",
+                        "no `[agentic]` section with `pipeline = \"rlvr\"`",
+                    );
+                }
+            }
+            Pipeline::Agentic => {
+                if !self.domains.is_empty() {
+                    return refuse(
+                        "domains",
+                        "a section",
+                        "no `[domains]` with `pipeline = \"agentic\"` (environments give the \
+                         rewards)",
+                    );
+                }
+                let defaults = RolloutConfig::default();
+                let rlvr_only = [
+                    (
+                        "rollout.prompts_per_step",
+                        self.rollout.prompts_per_step != defaults.prompts_per_step,
+                        "`agentic.num_groups`",
+                    ),
+                    (
+                        "rollout.group_size",
+                        self.rollout.group_size != defaults.group_size,
+                        "`agentic.group_size`",
+                    ),
+                    (
+                        "rollout.oversample_prompts",
+                        self.rollout.oversample_prompts != defaults.oversample_prompts,
+                        "`agentic.group_size_redundancy`",
+                    ),
+                    (
+                        "rollout.max_new_tokens",
+                        self.rollout.max_new_tokens != defaults.max_new_tokens,
+                        "`agentic.max_tokens_per_turn`",
+                    ),
+                    (
+                        "rollout.max_staleness",
+                        self.rollout.max_staleness != defaults.max_staleness,
+                        "0: the agentic scheduler is synchronous",
+                    ),
+                ];
+                for (key, set, instead) in rlvr_only {
+                    if set {
+                        return refuse(
+                            key,
+                            "a value",
+                            &format!("its default with `pipeline = \"agentic\"`; use {instead}"),
+                        );
+                    }
+                }
+            }
+        }
+        let advantage = &self.algorithm.advantage;
+        if matches!(advantage, AdvantageEstimator::Gigpo { .. }) {
+            if self.pipeline != Pipeline::Agentic {
+                return refuse(
+                    "algorithm.advantage.kind",
+                    "\"gigpo\"",
+                    "an estimator over whole responses: GiGPO groups the steps of multi-turn \
+                     trajectories by state, which needs `pipeline = \"agentic\"`",
+                );
+            }
+            if self.algorithm.reward_shaping != RewardShaping::default() {
+                return refuse(
+                    "algorithm.reward_shaping",
+                    "a reward shaping",
+                    "none with GiGPO, which normalises its episode and step returns itself",
+                );
+            }
+        }
+        if advantage.uses_critic() {
+            return refuse(
+                "algorithm.advantage.kind",
+                &format!("\"{}\"", advantage.name()),
+                "an estimator without a critic: a config cannot describe a critic model yet \
+                 (build the pipeline in code with `RlvrPipeline::with_critic`)",
+            );
+        }
+        if self.algorithm.objective.train_infer_correction.is_some()
+            && !self.train.recompute_old_logprobs
+        {
+            return refuse(
+                "algorithm.objective.train_infer_correction",
+                "a correction",
+                "a correction only with `train.recompute_old_logprobs = true`: without \
+                 recomputed old log-probs they are the rollout's, and the ratio it corrects \
+                 is 1",
+            );
+        }
+        Ok(())
     }
 
     /// The fully resolved config as TOML; loading it again gives an equal `Config`.

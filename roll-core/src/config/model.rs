@@ -15,9 +15,11 @@ pub struct ModelConfig {
     /// Where the weights, model config and tokenizer come from. Required.
     /// ROLL: `pretrain` / `model_args.model_name_or_path`.
     pub source: ModelSource,
-    /// Precision of weights and activations. Default `f32`. ROLL: `model_args.dtype`.
+    /// How prompts and turns become model input: `chat` renders them through the tokenizer's
+    /// chat template (instruct models), `plain` concatenates the message texts (base models
+    /// trained on raw text). Default `chat`.
     #[serde(default)]
-    pub dtype: Dtype,
+    pub prompt_format: PromptFormat,
     /// Device the model runs on: `cpu`, `cuda` or `cuda:N`. Default `cpu`.
     /// ROLL: `device_mapping` (a list of GPU ids per role).
     #[serde(default)]
@@ -29,7 +31,7 @@ impl ModelConfig {
     pub fn new(source: ModelSource) -> Self {
         Self {
             source,
-            dtype: Dtype::default(),
+            prompt_format: PromptFormat::default(),
             device: DeviceSpec::default(),
         }
     }
@@ -58,17 +60,15 @@ pub enum ModelSource {
     },
 }
 
-/// Floating-point precision of a model's weights and activations.
+/// How messages become model input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Dtype {
-    /// 32-bit IEEE float (the default; exact on CPU).
+pub enum PromptFormat {
+    /// The tokenizer's chat template (Qwen's ChatML for Qwen models).
     #[default]
-    F32,
-    /// bfloat16: 8-bit exponent, 7-bit mantissa.
-    Bf16,
-    /// IEEE half precision.
-    F16,
+    Chat,
+    /// The message texts concatenated, no template: for base models.
+    Plain,
 }
 
 #[cfg(test)]

@@ -1,40 +1,35 @@
 //! `[run]`: the identity, length and bookkeeping of one training run.
 
-use std::fmt;
 use std::path::PathBuf;
 
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use super::check::Checker;
 use crate::Result;
 
-/// `[run]`: name, seed, length, checkpointing and logging cadence of a run.
+/// `[run]`: name, seed, length, outputs and logging cadence of a run.
+///
+/// (Checkpoint cadence, resume and periodic evaluation are not keys yet: a key exists only when
+/// the code that runs reads it.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
-    /// Name of the experiment, used in log lines and metric tags. Default `"roll"`.
-    /// ROLL: `exp_name`.
+    /// Name of the experiment, printed in every report line and the run summary. Default
+    /// `"roll"`. ROLL: `exp_name`.
     pub name: String,
-    /// Seed of every random choice in the run (sampling, data order, environments). Default `42`.
+    /// The one seed of the run: every other seed (sampling, data order, environments, trainer
+    /// initialisation) derives from it ([`derive_seed`](crate::rng::derive_seed)). Default `42`.
     /// ROLL: `seed`.
     pub seed: u64,
     /// Number of training steps (one step = one rollout batch and its updates). Default `500`.
     /// ROLL: `max_steps`.
     pub max_steps: u64,
-    /// Directory for checkpoints and outputs. Default `"./output"`. ROLL: `output_dir`.
+    /// Directory of the run's outputs: the resolved config (`config.toml`) and one JSON line of
+    /// metrics per step (`metrics.jsonl`). Default `"./output"`. ROLL: `output_dir`.
     pub output_dir: PathBuf,
-    /// Save a checkpoint every this many steps, in steps; `0` = only at the end. Default `50`.
-    /// ROLL: `save_steps`.
-    pub save_every: u64,
-    /// Run validation every this many steps, in steps; `0` = never. Default `0`.
-    /// ROLL: `eval_steps` (ROLL default 10).
-    pub eval_every: u64,
-    /// Log metrics every this many steps, in steps (>= 1). Default `1`. ROLL: `logging_steps`.
+    /// Print a report line every this many steps, in steps (>= 1; metrics are recorded every
+    /// step). Default `1`. ROLL: `logging_steps`.
     pub log_every: u64,
-    /// Whether to resume: `false` (start fresh), `true` (latest checkpoint in `output_dir`) or the
-    /// path of a checkpoint directory. Default `false`. ROLL: `resume_from_checkpoint`.
-    pub resume: Resume,
 }
 
 impl Default for RunConfig {
@@ -44,10 +39,7 @@ impl Default for RunConfig {
             seed: 42,
             max_steps: 500,
             output_dir: PathBuf::from("./output"),
-            save_every: 50,
-            eval_every: 0,
             log_every: 1,
-            resume: Resume::No,
         }
     }
 }
@@ -63,57 +55,7 @@ impl RunConfig {
             "\"\"",
             "a non-empty path",
         )?;
-        c.at_least("log_every", self.log_every, 1)?;
-        if let Resume::From(path) = &self.resume {
-            c.require(
-                !path.as_os_str().is_empty(),
-                "resume",
-                "\"\"",
-                "`true`, `false` or a non-empty checkpoint path",
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// Where a run starts from. Written as `false`, `true` or a path string.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Resume {
-    /// Start from the model's initial weights (`false`).
-    #[default]
-    No,
-    /// Resume from the latest checkpoint in `run.output_dir` (`true`).
-    Latest,
-    /// Resume from this checkpoint directory (a path string).
-    From(PathBuf),
-}
-
-impl Serialize for Resume {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::No => serializer.serialize_bool(false),
-            Self::Latest => serializer.serialize_bool(true),
-            Self::From(path) => path.serialize(serializer),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Resume {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ResumeVisitor;
-        impl Visitor<'_> for ResumeVisitor {
-            type Value = Resume;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("`true`, `false` or a checkpoint path")
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Resume, E> {
-                Ok(if v { Resume::Latest } else { Resume::No })
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Resume, E> {
-                Ok(Resume::From(PathBuf::from(v)))
-            }
-        }
-        deserializer.deserialize_any(ResumeVisitor)
+        c.at_least("log_every", self.log_every, 1)
     }
 }
 
@@ -124,16 +66,6 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert!(RunConfig::default().validate().is_ok());
-    }
-
-    #[test]
-    fn resume_reads_bool_or_path() {
-        let r: Resume = serde_json::from_str("true").expect("bool");
-        assert_eq!(r, Resume::Latest);
-        let r: Resume = serde_json::from_str("\"ckpt/step-10\"").expect("path");
-        assert_eq!(r, Resume::From("ckpt/step-10".into()));
-        assert!(serde_json::from_str::<Resume>("3").is_err());
-        assert_eq!(serde_json::to_string(&Resume::No).expect("ser"), "false");
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub struct TrainConfig {
     /// Steps during which only the critic trains; the actor trains once `step >= critic_warmup`.
     /// Default `0`. ROLL: `critic_warmup`.
     pub critic_warmup: u64,
+    /// Recompute the old log-probs of PPO's ratio with the training kernels before the update,
+    /// instead of taking the rollout's (the inference engine's) log-probs. Needed by
+    /// `algorithm.objective.train_infer_correction`. Default `false`.
+    /// ROLL: `enable_old_logprobs_recompute`.
+    pub recompute_old_logprobs: bool,
 }
 
 impl Default for TrainConfig {
@@ -45,6 +50,7 @@ impl Default for TrainConfig {
             ppo_epochs: 1,
             max_tokens_per_micro_batch: 4096,
             critic_warmup: 0,
+            recompute_old_logprobs: false,
         }
     }
 }
@@ -67,8 +73,9 @@ impl TrainConfig {
     }
 }
 
-/// The learning rate after warm-up; `kind` selects the variant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The learning rate after warm-up; `kind` selects the variant. The trainer of
+/// roll-backend-burn computes it with these same types (`lr_at`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LrSchedule {
     /// Stay at `learning_rate`. (A struct variant so that stray keys are rejected.)

@@ -16,8 +16,12 @@ pub struct TrainSequence {
     pub response_ids: Vec<u32>,
     /// `true` where the token is trained on.
     pub loss_mask: Vec<bool>,
-    /// Log-probs under the policy that generated the data (the "old" policy of PPO).
+    /// Log-probs under the policy that generated the data (the "old" policy of PPO), as the
+    /// training forward computes them when old log-probs are recomputed, else the rollout's.
     pub old_logprobs: Vec<f32>,
+    /// Log-probs the inference engine reported when it sampled the tokens: what the
+    /// train–inference correction (TIS, masking) compares `old_logprobs` against.
+    pub rollout_logprobs: Vec<f32>,
     /// Log-probs under the reference policy, for a KL term.
     pub ref_logprobs: Option<Vec<f32>>,
     /// Per-token advantages.
@@ -50,6 +54,7 @@ impl TrainSequence {
         };
         check("loss_mask", self.loss_mask.len())?;
         check("old_logprobs", self.old_logprobs.len())?;
+        check("rollout_logprobs", self.rollout_logprobs.len())?;
         check("advantages", self.advantages.len())?;
         for (what, v) in [
             ("ref_logprobs", &self.ref_logprobs),
@@ -152,6 +157,7 @@ mod tests {
             response_ids: vec![2; n],
             loss_mask: vec![true; n],
             old_logprobs: vec![-1.0; n],
+            rollout_logprobs: vec![-1.0; n],
             ref_logprobs: None,
             advantages: vec![0.5; n],
             returns: None,

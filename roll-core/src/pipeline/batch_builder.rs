@@ -2,7 +2,7 @@
 
 use crate::{Error, Group, Result, Sample, SampleId, TrainBatch, TrainSequence};
 use roll_algos::AlgorithmConfig;
-use roll_algos::advantage::{AdvantageEstimator, AdvantageInput};
+use roll_algos::advantage::{AdvantageEstimator, AdvantageInput, StepInfo};
 use roll_algos::kl::kl_slice;
 use roll_algos::shaping::DomainMoments;
 use std::collections::{BTreeMap, HashMap};
@@ -60,14 +60,6 @@ pub fn build_train_batch(
     moments: &mut DomainMoments,
 ) -> Result<(TrainBatch, BatchStats)> {
     let algo = |e: roll_algos::AlgoError| Error::from_algo(e, "algorithm.");
-    if matches!(algorithm.advantage, AdvantageEstimator::Gigpo { .. }) {
-        return Err(Error::InvalidValue {
-            key: "algorithm.advantage.kind".into(),
-            value: "\"gigpo\"".into(),
-            allowed: "an estimator over whole samples; GiGPO needs step-level samples, which this batch builder does not split trajectories into".into(),
-            origin: None,
-        });
-    }
     let mut buckets: BTreeMap<(&str, usize), Vec<&Group>> = BTreeMap::new();
     for g in groups {
         buckets
@@ -205,16 +197,20 @@ pub fn build_train_batch(
         if agentic {
             rewards.iter_mut().for_each(|r| *r = 0.0);
         }
-        let mut input = AdvantageInput::new(&rewards, &mask, width)
-            .with_group_size(group_size)
-            .with_token_rewards(&token_rewards);
-        if let Some(v) = values.as_deref() {
-            input = input.with_values(v);
-        }
-        let out = algorithm
-            .advantage
-            .compute(&input, &algorithm.advantage_shaping)
-            .map_err(algo)?;
+        let out = if matches!(algorithm.advantage, AdvantageEstimator::Gigpo { .. }) {
+            step_level_advantages(algorithm, &samples, &mask, width)?
+        } else {
+            let mut input = AdvantageInput::new(&rewards, &mask, width)
+                .with_group_size(group_size)
+                .with_token_rewards(&token_rewards);
+            if let Some(v) = values.as_deref() {
+                input = input.with_values(v);
+            }
+            algorithm
+                .advantage
+                .compute(&input, &algorithm.advantage_shaping)
+                .map_err(algo)?
+        };
         stats.advantages_clipped += out.clipped;
         for (row, s) in samples.iter().enumerate() {
             let base = row * width;
@@ -225,6 +221,7 @@ pub fn build_train_batch(
                 response_ids: s.response().ids().to_vec(),
                 loss_mask: mask[base..base + n].to_vec(),
                 old_logprobs: std::mem::take(&mut olds[row]),
+                rollout_logprobs: s.response().logprobs().to_vec(),
                 ref_logprobs: refs[row].take(),
                 advantages: out.advantages[base..base + n].to_vec(),
                 returns: algorithm
@@ -240,4 +237,73 @@ pub fn build_train_batch(
         stats.token_kl_mean = Some((kl_sum / kl_tokens as f64) as f32);
     }
     Ok((TrainBatch::new(sequences)?, stats))
+}
+
+/// GiGPO on whole trajectories: every assistant turn is one step-sample (its group, its episode
+/// within the group, its index, the key of the state it acted on, the environment's reward for
+/// it), the estimator computes the step-sample advantages over a `[turns, longest turn]` layout,
+/// and each turn's token advantages are written back onto its span of the trajectory. Training
+/// the trajectory as one sequence then equals training each step as its own sequence (ROLL's step
+/// env manager) — without splitting the context.
+fn step_level_advantages(
+    algorithm: &AlgorithmConfig,
+    samples: &[&Sample],
+    mask: &[bool],
+    width: usize,
+) -> Result<roll_algos::advantage::AdvantageOutput> {
+    let algo = |e: roll_algos::AlgoError| Error::from_algo(e, "algorithm.");
+    let mut steps = Vec::new();
+    let mut step_rewards = Vec::new();
+    let mut spans = Vec::new();
+    for (row, s) in samples.iter().enumerate() {
+        for (index, turn) in s.turns().iter().enumerate() {
+            let state = turn.state_key.ok_or_else(|| Error::InvalidValue {
+                key: "algorithm.advantage.kind".into(),
+                value: "\"gigpo\"".into(),
+                allowed: format!(
+                    "an estimator that needs no state keys: turn {index} of {} has none \
+                     (GiGPO groups steps by the observation they acted on, which the agentic \
+                     pipeline records)",
+                    s.id
+                ),
+                origin: None,
+            })?;
+            steps.push(StepInfo {
+                group: s.group.0,
+                episode: s.id.0,
+                step: u32::try_from(index).unwrap_or(u32::MAX),
+                state,
+            });
+            step_rewards.push(turn.reward);
+            spans.push((row, turn.span.clone()));
+        }
+    }
+    let step_width = spans.iter().map(|(_, r)| r.len()).max().unwrap_or(0);
+    let mut step_mask = vec![false; spans.len() * step_width];
+    for (i, (row, span)) in spans.iter().enumerate() {
+        let from = &mask[row * width + span.start..row * width + span.end];
+        step_mask[i * step_width..i * step_width + span.len()].copy_from_slice(from);
+    }
+    let input = AdvantageInput::new(&step_rewards, &step_mask, step_width).with_steps(&steps);
+    let out = algorithm
+        .advantage
+        .compute(&input, &algorithm.advantage_shaping)
+        .map_err(algo)?;
+    let mut advantages = vec![0.0f32; samples.len() * width];
+    let mut returns = vec![0.0f32; samples.len() * width];
+    for (i, (row, span)) in spans.iter().enumerate() {
+        let (from, to) = (i * step_width, row * width + span.start);
+        advantages[to..to + span.len()].copy_from_slice(&out.advantages[from..from + span.len()]);
+        returns[to..to + span.len()].copy_from_slice(&out.returns[from..from + span.len()]);
+    }
+    let mut sequence_advantages = vec![0.0f32; samples.len()];
+    for (i, (row, _)) in spans.iter().enumerate() {
+        sequence_advantages[*row] += out.sequence_advantages[i];
+    }
+    Ok(roll_algos::advantage::AdvantageOutput {
+        advantages,
+        returns,
+        sequence_advantages,
+        clipped: out.clipped,
+    })
 }

@@ -1,7 +1,7 @@
 //! The RLVR pipeline: rollout, rewards, advantages, train, publish — one step at a time.
 
 use super::{BatchInputs, StepReport, build_train_batch};
-use crate::policy::{Objective, ScoreRequest, ScoreSequence};
+use crate::policy::{Critic, Generate, Objective, Score, ScoreKernels, ScoreRequest, ScoreSequence};
 use crate::{Error, Group, Policy, Result, Sample, SampleId, Scheduler, WeightVersion};
 use roll_algos::AlgorithmConfig;
 use roll_algos::kl::KlControllerState;
@@ -10,24 +10,47 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Settings of [`RlvrPipeline`] beyond the algorithm.
+/// Settings of [`RlvrPipeline`] beyond the algorithm. (How many passes a train step makes over
+/// its batch is the trainer's setting, `train.ppo_epochs`: the actor syncs its weights once per
+/// step, after the last pass.)
 #[derive(Debug, Clone, PartialEq)]
 pub struct RlvrPipelineConfig {
-    /// Passes over each batch (ROLL's `ppo_epochs`); each pass is one train step.
-    pub epochs: u32,
     /// The rollout's maximum response length (for the max-length sample mask).
     pub max_response_tokens: usize,
-    /// Recompute old log-probs with the actor's training engine instead of using the rollout's
-    /// (ROLL's `enable_old_logprobs_recompute`).
+    /// Recompute old log-probs with the actor's training kernels ([`ScoreKernels::Training`])
+    /// instead of using the rollout's (ROLL's `enable_old_logprobs_recompute`).
     pub recompute_old_logprobs: bool,
+    /// Steps during which only the critic trains; the actor trains once `step >= critic_warmup`
+    /// (ROLL's `critic_warmup`).
+    pub critic_warmup: u64,
 }
 
 impl Default for RlvrPipelineConfig {
     fn default() -> Self {
         Self {
-            epochs: 1,
             max_response_tokens: 256,
             recompute_old_logprobs: false,
+            critic_warmup: 0,
+        }
+    }
+}
+
+impl RlvrPipelineConfig {
+    /// The pipeline settings of a run config: `rollout.max_new_tokens` (the longest response an
+    /// RLVR sample can have; an agentic trajectory's limit is `agentic.max_turns ×
+    /// agentic.max_tokens_per_turn` plus its observations, so the max-length mask is judged per
+    /// turn there), `train.recompute_old_logprobs` and `train.critic_warmup`.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let max_response_tokens = match (&config.pipeline, &config.agentic) {
+            (crate::config::Pipeline::Agentic, Some(a)) => {
+                a.max_tokens_per_turn as usize * a.max_turns as usize
+            }
+            _ => config.rollout.max_new_tokens as usize,
+        };
+        Self {
+            max_response_tokens,
+            recompute_old_logprobs: config.train.recompute_old_logprobs,
+            critic_warmup: config.train.critic_warmup,
         }
     }
 }
@@ -41,8 +64,8 @@ impl Default for RlvrPipelineConfig {
 pub struct RlvrPipeline {
     scheduler: Box<dyn Scheduler>,
     actor: Arc<dyn Policy>,
-    reference: Option<Arc<dyn Policy>>,
-    critic: Option<Arc<dyn Policy>>,
+    reference: Option<Arc<dyn Score>>,
+    critic: Option<Arc<dyn Critic>>,
     algorithm: AlgorithmConfig,
     config: RlvrPipelineConfig,
     moments: DomainMoments,
@@ -51,18 +74,21 @@ pub struct RlvrPipeline {
 }
 
 impl RlvrPipeline {
-    /// A pipeline training `actor` on what `scheduler` delivers.
+    /// A pipeline training `actor` on what the scheduler delivers. The actor is handed over once:
+    /// `scheduler` receives its generating side and builds the scheduler around it (an
+    /// [`RlvrScheduler`](crate::scheduler::RlvrScheduler), an environment manager, ...).
     ///
     /// # Errors
-    /// If the algorithm is invalid (keys prefixed `algorithm.`).
+    /// If the algorithm is invalid (keys prefixed `algorithm.`) or the scheduler cannot be built.
     pub fn new(
-        scheduler: Box<dyn Scheduler>,
         actor: Arc<dyn Policy>,
+        scheduler: impl FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>>,
         algorithm: AlgorithmConfig,
         config: RlvrPipelineConfig,
     ) -> Result<Self> {
         let algo = |e| Error::from_algo(e, "algorithm.");
         algorithm.validate().map_err(algo)?;
+        let scheduler = scheduler(actor.clone())?;
         let kl = algorithm.kl_controller.init().map_err(algo)?;
         Ok(Self {
             scheduler,
@@ -79,14 +105,14 @@ impl RlvrPipeline {
 
     /// Sets the reference policy (needed by a KL loss or a token KL penalty).
     #[must_use]
-    pub fn with_reference(mut self, reference: Arc<dyn Policy>) -> Self {
+    pub fn with_reference(mut self, reference: Arc<dyn Score>) -> Self {
         self.reference = Some(reference);
         self
     }
 
     /// Sets the critic (needed by GAE); it is trained after the actor on the same batch.
     #[must_use]
-    pub fn with_critic(mut self, critic: Arc<dyn Policy>) -> Self {
+    pub fn with_critic(mut self, critic: Arc<dyn Critic>) -> Self {
         self.critic = Some(critic);
         self
     }
@@ -107,7 +133,10 @@ impl RlvrPipeline {
     /// If the scheduler fails, a needed role is missing, or a policy fails to score or train.
     pub async fn step(&mut self) -> Result<StepReport> {
         let started = Instant::now();
-        let batch = self.scheduler.next_batch().await?;
+        let batch = self
+            .scheduler
+            .next_batch(self.actor.weight_version())
+            .await?;
         let rollout_time = started.elapsed();
         let train_started = Instant::now();
         let samples: Vec<&Sample> = batch.groups.iter().flat_map(Group::samples).collect();
@@ -122,20 +151,29 @@ impl RlvrPipeline {
                 .reference
                 .as_ref()
                 .ok_or_else(|| missing_role("reference", "a KL loss or token KL penalty"))?;
-            inputs.ref_logprobs = score_all(&**reference, &samples, |s| s.logprobs).await?;
+            inputs.ref_logprobs = score_all(
+                &**reference,
+                &samples,
+                ScoreKernels::Inference,
+                |s| s.logprobs,
+            )
+            .await?;
         }
         if self.algorithm.uses_critic() {
             let critic = self
                 .critic
                 .as_ref()
                 .ok_or_else(|| missing_role("critic", "GAE"))?;
-            inputs.values =
-                score_all(&**critic, &samples, |s| s.values.unwrap_or_default()).await?;
+            inputs.values = score_all(&**critic, &samples, ScoreKernels::Training, |s| {
+                s.values.unwrap_or_default()
+            })
+            .await?;
         }
         if self.config.recompute_old_logprobs {
-            inputs.old_logprobs = score_all(&*self.actor, &samples, |s| s.logprobs).await?;
+            inputs.old_logprobs =
+                score_all(&*self.actor, &samples, ScoreKernels::Training, |s| s.logprobs).await?;
         }
-        let (train_batch, batch_stats) =
+        let (mut train_batch, batch_stats) =
             build_train_batch(&batch.groups, &self.algorithm, &inputs, &mut self.moments)?;
         if let Some(kl) = batch_stats.token_kl_mean {
             self.kl
@@ -145,23 +183,30 @@ impl RlvrPipeline {
 
         let mut metrics = std::collections::BTreeMap::new();
         let mut version = self.actor.weight_version();
-        if !train_batch.is_empty() && train_batch.num_trained_tokens() > 0 {
-            for _ in 0..self.config.epochs.max(1) {
+        let trained_tokens = train_batch.num_trained_tokens();
+        if !train_batch.is_empty() && trained_tokens > 0 {
+            let actor_trains = self.step >= self.config.critic_warmup;
+            // The critic trains first so that the batch can then move into the actor's step.
+            if let Some(critic) = &self.critic {
+                let batch = if actor_trains {
+                    train_batch.clone()
+                } else {
+                    std::mem::take(&mut train_batch)
+                };
+                let out = critic.train_step(batch, &self.algorithm.objective).await?;
+                for (k, v) in out.metrics {
+                    metrics.insert(format!("critic/{k}"), v);
+                }
+            }
+            if actor_trains {
+                let batch = std::mem::take(&mut train_batch);
                 let out = self
                     .actor
-                    .train_step(&train_batch, &self.algorithm.objective)
+                    .train_step(batch, &self.algorithm.objective)
                     .await?;
                 version = out.weight_version;
                 for (k, v) in out.metrics {
                     metrics.insert(format!("actor/{k}"), v);
-                }
-            }
-            if let Some(critic) = &self.critic {
-                let out = critic
-                    .train_step(&train_batch, &self.algorithm.objective)
-                    .await?;
-                for (k, v) in out.metrics {
-                    metrics.insert(format!("critic/{k}"), v);
                 }
             }
         }
@@ -217,7 +262,7 @@ impl RlvrPipeline {
             weight_version: version,
             groups: batch.groups.len(),
             samples: samples.len(),
-            trained_tokens: train_batch.num_trained_tokens(),
+            trained_tokens,
             reward_mean,
             score_mean,
             response_len_mean,
@@ -244,8 +289,9 @@ fn missing_role(role: &str, needed_by: &str) -> Error {
 }
 
 async fn score_all(
-    policy: &dyn Policy,
+    policy: &dyn Score,
     samples: &[&Sample],
+    kernels: ScoreKernels,
     take: impl Fn(crate::TokenScores) -> Vec<f32>,
 ) -> Result<HashMap<SampleId, Vec<f32>>> {
     let request = ScoreRequest {
@@ -257,6 +303,7 @@ async fn score_all(
             })
             .collect(),
         with_entropy: false,
+        kernels,
     };
     let scores = policy.score(&request).await?;
     if scores.len() != samples.len() {

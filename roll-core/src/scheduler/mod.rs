@@ -75,28 +75,31 @@ impl RolloutBatch {
 /// ```
 /// use async_trait::async_trait;
 /// use roll_core::scheduler::{RolloutBatch, RolloutStats, Scheduler};
+/// use roll_core::WeightVersion;
 ///
 /// struct Replay(Vec<RolloutBatch>);
 ///
 /// #[async_trait]
 /// impl Scheduler for Replay {
-///     async fn next_batch(&mut self) -> roll_core::Result<RolloutBatch> {
+///     async fn next_batch(&mut self, _current: WeightVersion) -> roll_core::Result<RolloutBatch> {
 ///         self.0.pop().ok_or(roll_core::Error::Closed("replay scheduler"))
 ///     }
 /// }
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let mut s = Replay(vec![RolloutBatch { groups: vec![], stats: RolloutStats::default() }]);
-/// assert_eq!(s.next_batch().await.unwrap().num_samples(), 0);
-/// assert!(s.next_batch().await.is_err());
+/// assert_eq!(s.next_batch(WeightVersion(0)).await.unwrap().num_samples(), 0);
+/// assert!(s.next_batch(WeightVersion(0)).await.is_err());
 /// # });
 /// ```
 #[async_trait]
 pub trait Scheduler: Send {
-    /// Collects the next batch for training.
+    /// Collects the next batch for training. `current` is the weight version the actor trains
+    /// from now on: the pipeline says it, so the scheduler needs no back channel to the trainer to
+    /// measure staleness.
     ///
     /// # Errors
     /// If the prompt source is exhausted before a batch is complete, or the policy fails as a
     /// whole (individual sample failures are counted in [`RolloutStats`], not returned).
-    async fn next_batch(&mut self) -> Result<RolloutBatch>;
+    async fn next_batch(&mut self, current: WeightVersion) -> Result<RolloutBatch>;
 }

@@ -2,9 +2,10 @@
 
 use super::{GroupFilter, RolloutBatch, RolloutStats, Scheduler, sample_seed};
 use crate::tokenizer::{ChatMessage, Role, Tokenizer};
+use crate::policy::Generate;
 use crate::{
-    AbortHandle, Error, FinishReason, GenerationRequest, Group, GroupId, Policy, Prompt, Result,
-    RewardWorker, Sample, SampleId, SamplingParams,
+    AbortHandle, Error, FinishReason, GenerationRequest, Group, GroupId, Prompt, Result,
+    RewardWorker, Sample, SampleId, SamplingParams, WeightVersion,
 };
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -44,6 +45,32 @@ impl Default for RlvrSchedulerConfig {
     }
 }
 
+impl RlvrSchedulerConfig {
+    /// The scheduler a run config describes: `[rollout]` (prompts per step, group size,
+    /// oversampling, staleness bound, sampling and `max_new_tokens`) with the sampling seeds
+    /// derived from `run.seed`.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let rollout = &config.rollout;
+        let sampling = &rollout.sampling;
+        Self {
+            prompts_per_step: rollout.prompts_per_step as usize,
+            group_size: rollout.group_size as usize,
+            oversample_prompts: rollout.oversample_prompts as usize,
+            max_staleness: u64::from(rollout.max_staleness),
+            sampling: SamplingParams {
+                temperature: sampling.temperature as f32,
+                top_p: sampling.top_p as f32,
+                top_k: sampling.top_k,
+                max_new_tokens: rollout.max_new_tokens,
+                stop_token_ids: Vec::new(),
+                stop: sampling.stop.clone(),
+                seed: None,
+            },
+            seed: crate::rng::derive_seed(config.run.seed, "rollout"),
+        }
+    }
+}
+
 enum Outcome {
     Done(Box<Sample>),
     Aborted,
@@ -68,7 +95,7 @@ struct OpenGroup {
 /// nothing succeeds at all, or when the prompt source runs dry.
 pub struct RlvrScheduler {
     config: RlvrSchedulerConfig,
-    policy: Arc<dyn Policy>,
+    policy: Arc<dyn Generate>,
     tokenizer: Arc<dyn Tokenizer>,
     reward: Arc<dyn RewardWorker>,
     prompts: Box<dyn Iterator<Item = Prompt> + Send>,
@@ -91,7 +118,7 @@ impl RlvrScheduler {
     /// [`Error::InvalidValue`] if `prompts_per_step` or `group_size` is 0.
     pub fn new(
         config: RlvrSchedulerConfig,
-        policy: Arc<dyn Policy>,
+        policy: Arc<dyn Generate>,
         tokenizer: Arc<dyn Tokenizer>,
         reward: Arc<dyn RewardWorker>,
         prompts: impl Iterator<Item = Prompt> + Send + 'static,
@@ -296,7 +323,7 @@ impl RlvrScheduler {
 }
 
 async fn run_sample(
-    policy: &dyn Policy,
+    policy: &dyn Generate,
     reward: &dyn RewardWorker,
     prompt: Arc<Prompt>,
     group: GroupId,
@@ -332,7 +359,7 @@ async fn run_sample(
 
 #[async_trait]
 impl Scheduler for RlvrScheduler {
-    async fn next_batch(&mut self) -> Result<RolloutBatch> {
+    async fn next_batch(&mut self, current: WeightVersion) -> Result<RolloutBatch> {
         let mut stats = RolloutStats::default();
         let want = self.config.prompts_per_step;
         let give_up_after = want
@@ -342,7 +369,6 @@ impl Scheduler for RlvrScheduler {
         let mut groups = Vec::with_capacity(want);
         let mut exhausted = false;
         loop {
-            let current = self.policy.weight_version();
             while groups.len() < want {
                 let Some(g) = self.ready.pop_front() else {
                     break;
@@ -399,7 +425,7 @@ impl Scheduler for RlvrScheduler {
             // synchronous training discards them like the aborted ones.
             stats.samples_aborted += self.ready.drain(..).map(|g| g.len() as u64).sum::<u64>();
         }
-        stats.record_staleness(&groups, self.policy.weight_version());
+        stats.record_staleness(&groups, current);
         Ok(RolloutBatch { groups, stats })
     }
 }

@@ -5,12 +5,11 @@
 /// A splitmix64 mix of the three: seeds are stable across resumes and independent of completion
 /// order, so a rollout can be reproduced sample by sample.
 pub fn sample_seed(run_seed: u64, prompt: u64, index: u64) -> u64 {
-    let mut z = run_seed
-        ^ prompt.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::rng::mix64(
+        run_seed
+            ^ prompt.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03),
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 
 use super::{ByteTokenizer, SplitMix64};
 use crate::policy::{
-    Generation, GenerationRequest, Objective, Policy, ScoreRequest, TokenScores, TrainOutput,
+    Generate, Generation, GenerationRequest, Objective, Score, ScoreRequest, TokenScores, Train,
+    TrainOutput,
 };
 use crate::tokenizer::Tokenizer;
 use crate::{Error, FinishReason, Result, TrainBatch, WeightVersion};
@@ -131,7 +132,7 @@ fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
 }
 
 #[async_trait]
-impl Policy for MockPolicy {
+impl Generate for MockPolicy {
     async fn generate(&self, request: GenerationRequest) -> Result<Generation> {
         let params = &request.params;
         let mut rng = SplitMix64::new(params.seed.unwrap_or(0));
@@ -188,6 +189,14 @@ impl Policy for MockPolicy {
         })
     }
 
+    fn weight_version(&self) -> WeightVersion {
+        self.with_state(|s| s.version).unwrap_or_default()
+    }
+}
+
+/// One set of arithmetic: both kernel choices give the same numbers.
+#[async_trait]
+impl Score for MockPolicy {
     async fn score(&self, request: &ScoreRequest) -> Result<Vec<TokenScores>> {
         let logits = self.with_state(|s| s.logits.clone())?;
         let probs = softmax(&logits, 1.0);
@@ -211,7 +220,11 @@ impl Policy for MockPolicy {
             .collect()
     }
 
-    async fn train_step(&self, batch: &TrainBatch, _objective: &Objective) -> Result<TrainOutput> {
+}
+
+#[async_trait]
+impl Train for MockPolicy {
+    async fn train_step(&self, batch: TrainBatch, _objective: &Objective) -> Result<TrainOutput> {
         let mut grad = vec![0.0f32; self.alphabet.len()];
         let probs = self.with_state(|s| softmax(&s.logits, 1.0))?;
         let n = batch.num_trained_tokens().max(1) as f32;
@@ -250,10 +263,6 @@ impl Policy for MockPolicy {
             .insert("trained_tokens".into(), batch.num_trained_tokens() as f64);
         Ok(out)
     }
-
-    fn weight_version(&self) -> WeightVersion {
-        self.with_state(|s| s.version).unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
@@ -286,6 +295,7 @@ mod tests {
                     response_ids: a.token_ids.clone(),
                 }],
                 with_entropy: true,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -321,6 +331,7 @@ mod tests {
             response_ids: vec![seven, seven],
             loss_mask: vec![true, true],
             old_logprobs: vec![0.0; 2],
+            rollout_logprobs: vec![0.0; 2],
             ref_logprobs: None,
             advantages: vec![1.0, 1.0],
             returns: None,
@@ -329,7 +340,7 @@ mod tests {
             score: 1.0,
         };
         let batch = TrainBatch::new(vec![seq]).unwrap();
-        let out = p.train_step(&batch, &Objective::default()).await.unwrap();
+        let out = p.train_step(batch, &Objective::default()).await.unwrap();
         assert_eq!(out.weight_version, WeightVersion(1));
         assert!(p.probabilities()[7] > before);
     }

@@ -11,7 +11,7 @@ use super::slot::{Event, Job, Outcome};
 use crate::{EnvError, EnvFactory};
 use roll_core::scheduler::{RolloutBatch, RolloutStats};
 use roll_core::tokenizer::Tokenizer;
-use roll_core::{Group, Policy};
+use roll_core::{Generate, Group};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,7 +117,7 @@ struct Slot {
 pub struct EnvManager {
     config: EnvManagerConfig,
     factory: EnvFactory,
-    policy: Arc<dyn Policy>,
+    policy: Arc<dyn Generate>,
     tokenizer: Arc<dyn Tokenizer>,
     episode: Arc<roll_core::episode::EpisodeConfig>,
     book: Book,
@@ -155,7 +155,7 @@ impl EnvManager {
     pub fn new(
         config: EnvManagerConfig,
         factory: EnvFactory,
-        policy: Arc<dyn Policy>,
+        policy: Arc<dyn Generate>,
         tokenizer: Arc<dyn Tokenizer>,
     ) -> Result<Self, EnvError> {
         config.validate()?;

@@ -6,7 +6,7 @@ use super::activity::{Phase, SlotShared};
 use crate::{EnvError, EnvFactory};
 use roll_core::episode::{EpisodeConfig, EpisodeIds, play_episode};
 use roll_core::tokenizer::Tokenizer;
-use roll_core::{AbortSignal, Env, Observation, Policy, StepResult, Trajectory};
+use roll_core::{AbortSignal, Env, Generate, Observation, StepResult, Trajectory};
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub(crate) struct SlotContext {
     pub(crate) epoch: u64,
     pub(crate) shared: Arc<SlotShared>,
     pub(crate) factory: EnvFactory,
-    pub(crate) policy: Arc<dyn Policy>,
+    pub(crate) policy: Arc<dyn Generate>,
     pub(crate) tokenizer: Arc<dyn Tokenizer>,
     pub(crate) episode: Arc<EpisodeConfig>,
     pub(crate) runtime: Handle,

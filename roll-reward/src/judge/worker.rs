@@ -7,7 +7,7 @@ use crate::join::join_all;
 use crate::text::{after_think, shorten, strip_special_tokens};
 use async_trait::async_trait;
 use roll_core::tokenizer::{ChatMessage, Role, Tokenizer};
-use roll_core::{GenerationRequest, Policy, Reward, RewardWorker, Sample, SamplingParams};
+use roll_core::{Generate, GenerationRequest, Reward, RewardWorker, Sample, SamplingParams};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
@@ -74,8 +74,8 @@ impl Default for LlmJudgeConfig {
     }
 }
 
-/// Scores a response by asking a judge [`Policy`] to grade it, like ROLL's
-/// `LLMJudgeRewardWorker` in `inference` mode — with any `Policy`: a local Burn model, a remote
+/// Scores a response by asking a judge ([`Generate`]) to grade it, like ROLL's
+/// `LLMJudgeRewardWorker` in `inference` mode — with any generator: a local Burn model, a remote
 /// one, or a scripted one in tests.
 ///
 /// For each sample the [template](JudgeTemplate) is filled with the prompt, the reference (the
@@ -87,7 +87,7 @@ impl Default for LlmJudgeConfig {
 /// scored at once; [`score_batch`](Self::score_batch) submits a whole batch together so a
 /// continuously batching engine can serve it in few forward passes.
 pub struct LlmJudge {
-    policy: Arc<dyn Policy>,
+    policy: Arc<dyn Generate>,
     tokenizer: Arc<dyn Tokenizer>,
     template: JudgeTemplate,
     config: LlmJudgeConfig,
@@ -109,7 +109,7 @@ impl LlmJudge {
     /// [`RewardError::InvalidConfig`] for a bad template, a concurrency of 0, or a
     /// non-positive `max_score`.
     pub fn new(
-        policy: Arc<dyn Policy>,
+        policy: Arc<dyn Generate>,
         tokenizer: Arc<dyn Tokenizer>,
         config: LlmJudgeConfig,
     ) -> Result<Self, RewardError> {

@@ -10,7 +10,7 @@ use crate::wrappers::{
 };
 use roll_core::config::ComponentSpec;
 use roll_core::tokenizer::Tokenizer;
-use roll_core::{Policy, RewardWorker};
+use roll_core::{Generate, RewardWorker};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -23,7 +23,7 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct JudgeModel {
     /// The judge policy.
-    pub policy: Arc<dyn Policy>,
+    pub policy: Arc<dyn Generate>,
     /// Its tokenizer.
     pub tokenizer: Arc<dyn Tokenizer>,
 }
@@ -152,7 +152,7 @@ impl RewardRegistry {
 
     /// Gives the registry a judge policy and its tokenizer (for `llm_judge`).
     #[must_use]
-    pub fn with_judge(mut self, policy: Arc<dyn Policy>, tokenizer: Arc<dyn Tokenizer>) -> Self {
+    pub fn with_judge(mut self, policy: Arc<dyn Generate>, tokenizer: Arc<dyn Tokenizer>) -> Self {
         self.context.judge = Some(JudgeModel { policy, tokenizer });
         self
     }

@@ -2,13 +2,11 @@
 #![allow(dead_code)]
 
 use async_trait::async_trait;
-use roll_core::policy::{
-    Generation, GenerationRequest, Objective, Policy, ScoreRequest, TokenScores, TrainOutput,
-};
+use roll_core::policy::{Generate, Generation, GenerationRequest};
 use roll_core::testing::ByteTokenizer;
 use roll_core::tokenizer::Tokenizer;
 use roll_core::{
-    Error, FinishReason, GroupId, Prompt, PromptId, Sample, SampleId, TrainBatch, WeightVersion,
+    Error, FinishReason, GroupId, Prompt, PromptId, Sample, SampleId, WeightVersion,
 };
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,7 +62,7 @@ impl ScriptedPolicy {
 }
 
 #[async_trait]
-impl Policy for ScriptedPolicy {
+impl Generate for ScriptedPolicy {
     async fn generate(&self, request: GenerationRequest) -> roll_core::Result<Generation> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -86,14 +84,6 @@ impl Policy for ScriptedPolicy {
             finish_reason: FinishReason::Stop,
             weight_version: WeightVersion(0),
         })
-    }
-
-    async fn score(&self, _request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
-        Err(Error::policy("a scripted judge does not score"))
-    }
-
-    async fn train_step(&self, _b: &TrainBatch, _o: &Objective) -> roll_core::Result<TrainOutput> {
-        Err(Error::policy("a scripted judge does not train"))
     }
 
     fn weight_version(&self) -> WeightVersion {

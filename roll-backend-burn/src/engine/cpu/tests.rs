@@ -488,6 +488,7 @@ fn score_request(vocab: usize, with_entropy: bool) -> roll_core::policy::ScoreRe
             seq(40, 25, 16),
         ],
         with_entropy,
+        ..Default::default()
     }
 }
 
@@ -557,6 +558,7 @@ fn scores_match_the_burn_scoring_path() {
                 let alone = roll_core::policy::ScoreRequest {
                     sequences: vec![s.clone()],
                     with_entropy,
+                    ..Default::default()
                 };
                 assert_eq!(&dec.score(&alone).unwrap()[0], g, "{name}");
             }
@@ -585,6 +587,7 @@ fn score_errors_match_the_burn_scoring_path() {
         let request = ScoreRequest {
             sequences,
             with_entropy: true,
+            ..Default::default()
         };
         let want = burn_scores(&model, &request).unwrap_err();
         let got = dec.score(&request).unwrap_err();
@@ -600,6 +603,7 @@ fn score_errors_match_the_burn_scoring_path() {
     let request = ScoreRequest {
         sequences: vec![seq(vec![], vec![]), seq(vec![v], vec![])],
         with_entropy: true,
+        ..Default::default()
     };
     assert_eq!(
         dec.score(&request).unwrap(),
@@ -608,6 +612,7 @@ fn score_errors_match_the_burn_scoring_path() {
     let empty = ScoreRequest {
         sequences: vec![],
         with_entropy: false,
+        ..Default::default()
     };
     assert!(dec.score(&empty).unwrap().is_empty());
 }

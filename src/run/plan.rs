@@ -1,0 +1,158 @@
+//! [`RunPlan`]: what a [`Config`] means, as the settings of every component that runs.
+//!
+//! Reading a config happens here and nowhere else: each key becomes a field of the runtime struct
+//! that consumes it (the scheduler's, the engine's, the trainer's, the pipeline's, the run loop's),
+//! so "is this key used?" is a question about one function, and a test walks every key of a full
+//! config to check that changing it changes the plan.
+
+use roll_algos::AlgorithmConfig;
+use roll_algos::filter::DynamicFilter;
+use roll_backend_burn::ScoringOptions;
+use roll_backend_burn::engine::EngineConfig;
+use roll_backend_burn::train::TrainerConfig;
+use roll_core::config::{
+    ComponentSpec, Config, DomainConfig, ModelSource, Pipeline, PromptFormat,
+};
+use roll_core::pipeline::RlvrPipelineConfig;
+use roll_core::rng::derive_seed;
+use roll_core::scheduler::RlvrSchedulerConfig;
+use roll_core::strategy::DeviceSpec;
+use roll_core::{Error, Result};
+use roll_env::EnvManagerConfig;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The run loop's own settings (`[run]` minus the seed, which the components derive theirs from).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    /// Printed in every report line (`run.name`).
+    pub name: String,
+    /// Steps to train (`run.max_steps`).
+    pub max_steps: u64,
+    /// Where `config.toml` and `metrics.jsonl` go (`run.output_dir`).
+    pub output_dir: PathBuf,
+    /// A report line every this many steps (`run.log_every`).
+    pub log_every: u64,
+}
+
+/// Where the actor comes from and how it reads text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPlan {
+    /// The HuggingFace directory (`model.source`).
+    pub dir: PathBuf,
+    /// The device (`model.device`).
+    pub device: DeviceSpec,
+    /// `true`: messages are concatenated without a chat template (`model.prompt_format = plain`).
+    pub plain_prompts: bool,
+}
+
+/// How rollouts are produced: prompts scored by domain (RLVR) or episodes against an
+/// environment (agentic).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RolloutPlan {
+    /// `pipeline = "rlvr"`.
+    Rlvr {
+        /// The RLVR scheduler's settings (`[rollout]`).
+        scheduler: RlvrSchedulerConfig,
+        /// The domains: their ratios feed the prompt mixer, their tags its resolver, their
+        /// reward specs the reward router (`[domains]`).
+        domains: BTreeMap<String, DomainConfig>,
+    },
+    /// `pipeline = "agentic"`.
+    Agentic {
+        /// The environment manager's settings (`[agentic]`, `rollout.sampling`).
+        manager: EnvManagerConfig,
+        /// The environment by registered name, with its options (`agentic.env`); the section's
+        /// `format_penalty` is already filled in for built-in environments.
+        env: ComponentSpec,
+        /// Groups per batch (`agentic.num_groups`).
+        num_groups: usize,
+    },
+}
+
+/// Every component's settings for one run (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPlan {
+    /// The run loop.
+    pub run: RunSettings,
+    /// The actor's model.
+    pub model: ModelPlan,
+    /// The pipeline's own settings.
+    pub pipeline: RlvrPipelineConfig,
+    /// Advantages, shaping, masks, KL and the objective (`[algorithm]` minus the filter).
+    pub algorithm: AlgorithmConfig,
+    /// The dynamic filter the scheduler applies to finished groups (`algorithm.dynamic_filter`).
+    pub filter: Option<DynamicFilter>,
+    /// The actor's trainer (`[train]`).
+    pub trainer: TrainerConfig,
+    /// The actor's inference engine (`rollout.max_running_requests`, the derived seed).
+    pub engine: EngineConfig,
+    /// Micro-batching of training-path scoring (`train.max_tokens_per_micro_batch`).
+    pub scoring: ScoringOptions,
+    /// The rollout side.
+    pub rollout: RolloutPlan,
+}
+
+impl RunPlan {
+    /// The plan of a validated config.
+    ///
+    /// # Errors
+    /// If the config does not validate (the error names the key), or an agentic section's
+    /// numbers cannot be used by the environment manager.
+    pub fn from_config(config: &Config) -> Result<Self> {
+        config.validate()?;
+        let ModelSource::HfDir { path } = &config.model.source;
+        let mut algorithm = config.algorithm.clone();
+        let filter = algorithm.dynamic_filter.take();
+        let rollout = match config.pipeline {
+            Pipeline::Rlvr => RolloutPlan::Rlvr {
+                scheduler: RlvrSchedulerConfig::from_config(config),
+                domains: config.domains.clone(),
+            },
+            Pipeline::Agentic => {
+                let agentic = config
+                    .agentic
+                    .as_ref()
+                    .ok_or_else(|| Error::MissingKey {
+                        key: "agentic.env".into(),
+                    })?;
+                let seed = derive_seed(config.run.seed, "environments");
+                let mut manager = EnvManagerConfig::from_agentic(agentic, seed)?;
+                let sampling = &config.rollout.sampling;
+                let episode = &mut manager.episode.sampling;
+                episode.temperature = sampling.temperature as f32;
+                episode.top_p = sampling.top_p as f32;
+                episode.top_k = sampling.top_k;
+                episode.stop = sampling.stop.clone();
+                RolloutPlan::Agentic {
+                    manager,
+                    env: roll_env::AgenticScheduler::env_spec(agentic),
+                    num_groups: agentic.num_groups as usize,
+                }
+            }
+        };
+        Ok(Self {
+            run: RunSettings {
+                name: config.run.name.clone(),
+                max_steps: config.run.max_steps,
+                output_dir: config.run.output_dir.clone(),
+                log_every: config.run.log_every,
+            },
+            model: ModelPlan {
+                dir: path.clone(),
+                device: config.model.device,
+                plain_prompts: config.model.prompt_format == PromptFormat::Plain,
+            },
+            pipeline: RlvrPipelineConfig::from_config(config),
+            algorithm,
+            filter,
+            trainer: TrainerConfig::from_config(config),
+            engine: EngineConfig::from_config(config),
+            scoring: ScoringOptions {
+                max_tokens_per_micro_batch: config.train.max_tokens_per_micro_batch as usize,
+                ..ScoringOptions::default()
+            },
+            rollout,
+        })
+    }
+}

@@ -1,0 +1,200 @@
+//! Both pipelines, built from a config by `RunBuilder`, on a real `BurnPolicy` (the tiny Qwen2
+//! fixture), with a user's own reward closure and a user's own environment.
+
+use roll::core::config::ConfigLoader;
+use roll::prelude::*;
+use std::path::PathBuf;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/tiny-qwen2-sft");
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("roll-pipelines-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn load(toml: &str, overrides: &[&str]) -> roll::core::Result<Config> {
+    ConfigLoader::new()
+        .toml_str(toml)
+        .overrides(overrides.iter().copied())
+        .load()
+}
+
+fn rlvr_toml(out: &std::path::Path) -> String {
+    format!(
+        r#"
+        pipeline = "rlvr"
+        [run]
+        max_steps = 2
+        output_dir = "{out}"
+        [model]
+        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
+        prompt_format = "plain"
+        [rollout]
+        prompts_per_step = 2
+        group_size = 4
+        max_new_tokens = 4
+        [train]
+        learning_rate = 1e-4
+        [domains.arithmetic]
+        reward = {{ kind = "first_digit" }}
+        "#,
+        out = out.display()
+    )
+}
+
+/// 1 when the answer starts with the sum's first digit.
+fn first_digit(s: &Sample) -> f32 {
+    let truth = s.prompt.ground_truth.as_deref().unwrap_or_default();
+    let answer = s.text.trim_start();
+    f32::from(u8::from(!truth.is_empty() && answer.starts_with(&truth[..1])))
+}
+
+fn sums() -> impl Iterator<Item = Prompt> + Send {
+    (0..).map(|i: u64| {
+        let (a, b) = (10 + i % 37, 20 + (i * 7) % 29);
+        Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
+            .with_ground_truth((a + b).to_string())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() {
+    let out = out_dir("rlvr");
+    let config = load(&rlvr_toml(&out), &[]).expect("config");
+    let mut run = RunBuilder::new(config.clone())
+        .reward("first_digit", first_digit)
+        .prompts(sums())
+        .build()
+        .expect("build");
+    let reports = run.train().await.expect("train");
+    assert_eq!(reports.len(), 2);
+    assert_eq!(run.actor().weight_version(), WeightVersion(2));
+    for r in &reports {
+        assert_eq!(r.samples, 8, "{r}");
+        // The probe's engine log-probs and the training forward's agree.
+        let gap = r.metrics["actor/train_infer_logprob_gap"];
+        assert!(gap < 1e-3, "gap {gap}");
+        assert_eq!(r.metrics["actor/epochs"], 1.0);
+    }
+    let lines = std::fs::read_to_string(out.join("metrics.jsonl")).expect("metrics");
+    assert_eq!(lines.lines().count(), 2);
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap_or("")).expect("json");
+    assert_eq!(first["step"], 0);
+    let resolved = Config::from_file(out.join("config.toml")).expect("the resolved config loads");
+    assert_eq!(resolved, config);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recomputed_old_logprobs_and_the_train_inference_correction_run() {
+    let out = out_dir("correction");
+    let config = load(
+        &rlvr_toml(&out),
+        &[
+            "run.max_steps=1",
+            "train.recompute_old_logprobs=true",
+            "algorithm.objective.train_infer_correction.is_weight.upper_bound=1.5",
+            "train.ppo_epochs=2",
+        ],
+    )
+    .expect("config");
+    let mut run = RunBuilder::new(config)
+        .reward("first_digit", first_digit)
+        .prompts(sums())
+        .build()
+        .expect("build");
+    let report = run.step().await.expect("step");
+    // Two epochs, one weight sync.
+    assert_eq!(report.metrics["actor/epochs"], 2.0);
+    assert_eq!(run.actor().weight_version(), WeightVersion(1));
+    // The correction saw rollout log-probs next to recomputed ones: on the CPU they agree.
+    let diff = report.metrics["actor/train_infer/max_abs_diff"];
+    assert!(diff.is_finite() && diff < 1e-3, "max |train − infer| {diff}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn an_rlvr_run_without_prompts_or_with_an_unknown_reward_is_refused() {
+    let out = out_dir("refused");
+    let config = load(&rlvr_toml(&out), &[]).expect("config");
+    let err = RunBuilder::new(config.clone())
+        .reward("first_digit", first_digit)
+        .build()
+        .err()
+        .expect("no prompts")
+        .to_string();
+    assert!(err.contains("prompts"), "{err}");
+    let err = RunBuilder::new(config)
+        .prompts(sums())
+        .build()
+        .err()
+        .expect("unknown reward kind")
+        .to_string();
+    assert!(err.contains("first_digit"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A user's environment: guess the digit the seed picks; "higher"/"lower" hints.
+struct Guess {
+    target: u64,
+}
+
+impl Env for Guess {
+    fn reset(&mut self, seed: u64) -> roll::core::Result<Observation> {
+        self.target = seed % 10;
+        Ok(Observation::new("Guess a digit from 0 to 9. Answer with the digit only."))
+    }
+    fn step(&mut self, action: &str) -> roll::core::Result<StepResult> {
+        let step = |observation: &str, reward, status| StepResult {
+            observation: observation.into(),
+            reward,
+            status,
+            info: Default::default(),
+        };
+        Ok(match action.trim().parse::<u64>() {
+            Ok(g) if g == self.target => step("Correct!", 1.0, EnvStatus::Terminated),
+            Ok(g) if g < self.target => step("Higher.", 0.0, EnvStatus::Running),
+            Ok(_) => step("Lower.", 0.0, EnvStatus::Running),
+            Err(_) => step("Answer with one digit.", -0.1, EnvStatus::Running),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentic_trains_a_burn_policy_on_a_users_environment() {
+    let out = out_dir("agentic");
+    let config = load(
+        &format!(
+            r#"
+            pipeline = "agentic"
+            [run]
+            max_steps = 1
+            output_dir = "{out}"
+            [model]
+            source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
+            [train]
+            learning_rate = 1e-4
+            [agentic]
+            num_groups = 2
+            group_size = 2
+            max_turns = 2
+            max_tokens_per_turn = 4
+            env = {{ kind = "guess" }}
+            "#,
+            out = out.display()
+        ),
+        &[],
+    )
+    .expect("config");
+    let mut run = RunBuilder::new(config)
+        .env("guess", || Guess { target: 0 })
+        .build()
+        .expect("build");
+    let reports = run.train().await.expect("train");
+    assert_eq!(reports[0].groups, 2);
+    assert_eq!(reports[0].samples, 4);
+    assert!(reports[0].trained_tokens > 0);
+    assert_eq!(run.actor().weight_version(), WeightVersion(1));
+    let _ = std::fs::remove_dir_all(&out);
+}
