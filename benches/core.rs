@@ -49,7 +49,7 @@ fn batch_builder(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("grpo_tokens", len), &gs, |b, gs| {
             let algorithm = AlgorithmConfig::default();
             let inputs = BatchInputs {
-                max_response_tokens: len,
+                max_turn_tokens: len,
                 ..Default::default()
             };
             b.iter(|| {

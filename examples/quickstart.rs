@@ -68,7 +68,7 @@ async fn main() -> anyhow::Result<()> {
     // GRPO with the default PPO-clipped objective.
     let algorithm = AlgorithmConfig::default();
     let config = RlvrPipelineConfig {
-        max_response_tokens: 16,
+        max_turn_tokens: 16,
         ..Default::default()
     };
     let mut pipeline = RlvrPipeline::new(actor.clone(), scheduler, algorithm, config)?;

@@ -225,13 +225,21 @@ fn stop_ids_stop_strings_and_length_end_requests() {
         )
         .unwrap();
         let prompt = tokenizer.encode("Q: 12+35=? A:").unwrap();
-        let free = run(&e, &prompt, greedy(12));
+        // The tokenizer's EOS ends a generation without being configured (the model answers
+        // and then emits `<|endoftext|>`); the EOS is kept in the ids, not in the text.
+        let eos = tokenizer.eos_token_id().unwrap();
+        let answered = run(&e, &prompt, greedy(32));
+        assert_eq!(answered.finish_reason, FinishReason::Stop);
+        assert_eq!(answered.token_ids.last(), Some(&eos));
+        // Within a shorter budget the length limit ends it.
+        let budget = answered.token_ids.len() - 1;
+        let free = run(&e, &prompt, greedy(budget as u32));
         assert_eq!(free.finish_reason, FinishReason::Length);
-        assert_eq!(free.token_ids.len(), 12);
+        assert_eq!(free.token_ids, answered.token_ids[..budget]);
         assert_eq!(free.text, tokenizer.decode(&free.token_ids).unwrap());
 
         // Stop at the third generated token's id.
-        let mut params = greedy(12);
+        let mut params = greedy(budget as u32);
         params.stop_token_ids = vec![free.token_ids[2]];
         let first_hit = free
             .token_ids
@@ -249,7 +257,7 @@ fn stop_ids_stop_strings_and_length_end_requests() {
 
         // A stop string cuts the text before it.
         let needle: String = free.text.chars().skip(2).take(2).collect();
-        let mut params = greedy(12);
+        let mut params = greedy(budget as u32);
         params.stop = vec![needle.clone()];
         let cut = run(&e, &prompt, params);
         assert_eq!(cut.finish_reason, FinishReason::Stop, "{needle:?}");

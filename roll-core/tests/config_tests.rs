@@ -603,11 +603,14 @@ fn to_toml_shows_every_resolved_key() {
 #[test]
 fn algorithm_section_is_typed_validated_and_named_in_errors() {
     let toml = format!(
-        "{BASE}\n[algorithm.advantage]\nkind = \"gae\"\nlambda = 0.9\n\
+        "{BASE}\n[algorithm.advantage]\nkind = \"grpo\"\nstd_normalize = false\n\
          [algorithm.objective.policy_loss]\nkind = \"ppo\"\nclip_high = 0.28\n"
     );
     let config = load(&toml, &["algorithm.dynamic_filter.min_std=0.0"]).expect("valid algorithm");
-    assert!(config.algorithm.uses_critic());
+    assert!(!config.algorithm.uses_critic());
+    // GAE needs a critic, which a config cannot describe: refused at load, naming the key.
+    let err = load(&toml, &["algorithm.advantage.kind=gae"]).unwrap_err().to_string();
+    assert!(err.contains("algorithm.advantage.kind") && err.contains("critic"), "{err}");
     assert_eq!(
         config.algorithm.dynamic_filter.and_then(|f| f.min_std),
         Some(0.0)

@@ -71,7 +71,7 @@ async fn agentic_grpo_through_the_env_manager_learns() {
         scheduler,
         AlgorithmConfig::default(),
         RlvrPipelineConfig {
-            max_response_tokens: 64,
+            max_turn_tokens: 64,
             ..Default::default()
         },
     )

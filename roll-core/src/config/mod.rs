@@ -165,6 +165,11 @@ impl Config {
         ConfigLoader::new().file(path.as_ref()).load()
     }
 
+    /// Loads and validates a config written as TOML text (e.g. inline in a program).
+    pub fn from_toml(text: &str) -> Result<Self> {
+        ConfigLoader::new().toml_str(text).load()
+    }
+
     /// Loads and validates the config a command line asks for: `args` (without the program
     /// name) may hold `--config PATH`, `-c PATH` or `--config=PATH` and `key.path=value`
     /// overrides; `ROLL_` variables of the process environment apply between the two. Anything

@@ -18,8 +18,9 @@ pub struct BatchInputs {
     pub values: HashMap<SampleId, Vec<f32>>,
     /// Old-policy log-probs recomputed by the training engine (else the rollout's are used).
     pub old_logprobs: HashMap<SampleId, Vec<f32>>,
-    /// The maximum response length of the rollout (for the max-length sample mask).
-    pub max_response_tokens: usize,
+    /// The most tokens one generation (a response or a turn) may have, for the max-length sample
+    /// mask.
+    pub max_turn_tokens: usize,
     /// β of the token KL penalty.
     pub kl_coef: f32,
 }
@@ -88,9 +89,15 @@ pub fn build_train_batch(
             .iter()
             .map(|s| s.reward.as_ref().map_or(0.0, |r| r.score_or_value()))
             .collect();
+        // The length masks judge each generation against its own limit: the longest turn (the
+        // whole response of a single-turn sample; a trajectory's length also counts observations).
+        let turn_lengths: Vec<usize> = samples
+            .iter()
+            .map(|s| s.turns().iter().map(|t| t.span.len()).max().unwrap_or(0))
+            .collect();
         let keep = algorithm
             .sample_mask
-            .sample_mask(&scores, &lengths, inputs.max_response_tokens, group_size)
+            .sample_mask(&scores, &turn_lengths, inputs.max_turn_tokens, group_size)
             .map_err(algo)?;
         let difficulty: Vec<f32> = samples
             .iter()

@@ -15,8 +15,9 @@ use std::time::Instant;
 /// step, after the last pass.)
 #[derive(Debug, Clone, PartialEq)]
 pub struct RlvrPipelineConfig {
-    /// The rollout's maximum response length (for the max-length sample mask).
-    pub max_response_tokens: usize,
+    /// The most tokens one generation (a single-turn response, or one turn of a trajectory) may
+    /// have: the max-length sample mask drops samples with a turn cut at this limit.
+    pub max_turn_tokens: usize,
     /// Recompute old log-probs with the actor's training kernels ([`ScoreKernels::Training`])
     /// instead of using the rollout's (ROLL's `enable_old_logprobs_recompute`).
     pub recompute_old_logprobs: bool,
@@ -28,7 +29,7 @@ pub struct RlvrPipelineConfig {
 impl Default for RlvrPipelineConfig {
     fn default() -> Self {
         Self {
-            max_response_tokens: 256,
+            max_turn_tokens: 256,
             recompute_old_logprobs: false,
             critic_warmup: 0,
         }
@@ -36,19 +37,17 @@ impl Default for RlvrPipelineConfig {
 }
 
 impl RlvrPipelineConfig {
-    /// The pipeline settings of a run config: `rollout.max_new_tokens` (the longest response an
-    /// RLVR sample can have; an agentic trajectory's limit is `agentic.max_turns ×
-    /// agentic.max_tokens_per_turn` plus its observations, so the max-length mask is judged per
-    /// turn there), `train.recompute_old_logprobs` and `train.critic_warmup`.
+    /// The pipeline settings of a run config: the generation limit (`rollout.max_new_tokens`,
+    /// or `agentic.max_tokens_per_turn` — a trajectory's length also counts its observations, so
+    /// truncation is judged per turn), `train.recompute_old_logprobs` and
+    /// `train.critic_warmup`.
     pub fn from_config(config: &crate::config::Config) -> Self {
-        let max_response_tokens = match (&config.pipeline, &config.agentic) {
-            (crate::config::Pipeline::Agentic, Some(a)) => {
-                a.max_tokens_per_turn as usize * a.max_turns as usize
-            }
+        let max_turn_tokens = match (&config.pipeline, &config.agentic) {
+            (crate::config::Pipeline::Agentic, Some(a)) => a.max_tokens_per_turn as usize,
             _ => config.rollout.max_new_tokens as usize,
         };
         Self {
-            max_response_tokens,
+            max_turn_tokens,
             recompute_old_logprobs: config.train.recompute_old_logprobs,
             critic_warmup: config.train.critic_warmup,
         }
@@ -142,7 +141,7 @@ impl RlvrPipeline {
         let samples: Vec<&Sample> = batch.groups.iter().flat_map(Group::samples).collect();
 
         let mut inputs = BatchInputs {
-            max_response_tokens: self.config.max_response_tokens,
+            max_turn_tokens: self.config.max_turn_tokens,
             kl_coef: self.kl.value(),
             ..Default::default()
         };

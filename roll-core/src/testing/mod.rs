@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use roll_core::testing::{ByteTokenizer, ConstantReward, EchoEnv, MockPolicy};
-//! use roll_core::{Env, RewardWorker, Policy, GenerationRequest, SamplingParams};
+//! use roll_core::{Env, Generate, GenerationRequest, RewardWorker, SamplingParams};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let policy = MockPolicy::digits();
