@@ -146,17 +146,11 @@ impl Env for Guess {
         Ok(Observation::new("Guess a digit from 0 to 9. Answer with the digit only."))
     }
     fn step(&mut self, action: &str) -> roll::core::Result<StepResult> {
-        let step = |observation: &str, reward, status| StepResult {
-            observation: observation.into(),
-            reward,
-            status,
-            info: Default::default(),
-        };
         Ok(match action.trim().parse::<u64>() {
-            Ok(g) if g == self.target => step("Correct!", 1.0, EnvStatus::Terminated),
-            Ok(g) if g < self.target => step("Higher.", 0.0, EnvStatus::Running),
-            Ok(_) => step("Lower.", 0.0, EnvStatus::Running),
-            Err(_) => step("Answer with one digit.", -0.1, EnvStatus::Running),
+            Ok(g) if g == self.target => StepResult::terminated("Correct!", 1.0),
+            Ok(g) if g < self.target => StepResult::running("Higher.", 0.0),
+            Ok(_) => StepResult::running("Lower.", 0.0),
+            Err(_) => StepResult::running("Answer with one digit.", -0.1),
         })
     }
 }

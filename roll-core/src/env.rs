@@ -38,8 +38,33 @@ pub enum EnvStatus {
     Truncated,
 }
 
+/// The info key under which an environment says whether the agent's action was valid
+/// (ROLL's `action_is_valid` metric). Set it with [`StepResult::with_action_valid`], read it with
+/// [`StepResult::action_is_valid`]: wrappers such as roll-env's `FormatPenalty` react to it, so an
+/// environment reports an unparseable action once and the penalty lives in one place.
+pub const ACTION_IS_VALID: &str = "action_is_valid";
+
 /// The result of one step: gym's `(observation, reward, terminated, truncated, info)`, with the two
 /// flags folded into one [`EnvStatus`] so that "terminated and truncated" cannot be expressed.
+///
+/// Built with [`running`](Self::running), [`terminated`](Self::terminated) or
+/// [`truncated`](Self::truncated) (the status the constructor is named after) and
+/// [`with_info`](Self::with_info); read with [`is_running`](Self::is_running),
+/// [`is_terminated`](Self::is_terminated), [`is_truncated`](Self::is_truncated) and
+/// [`is_done`](Self::is_done).
+///
+/// ```
+/// use roll_core::{EnvStatus, StepResult};
+///
+/// let r = StepResult::terminated("solved", 1.0).with_info("moves", 7);
+/// assert_eq!((r.status, r.reward), (EnvStatus::Terminated, 1.0));
+/// assert!(r.is_terminated() && r.is_done() && !r.is_truncated());
+/// assert_eq!(r.info["moves"], 7);
+///
+/// let r = StepResult::running("what?", 0.0).with_action_valid(false);
+/// assert_eq!(r.action_is_valid(), Some(false));
+/// assert_eq!(StepResult::running("ok", 0.0).action_is_valid(), None);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
     /// What the agent sees next.
@@ -53,13 +78,64 @@ pub struct StepResult {
 }
 
 impl StepResult {
+    /// A step with this status and no info.
+    pub fn new(observation: impl Into<String>, reward: f32, status: EnvStatus) -> Self {
+        Self {
+            observation: observation.into(),
+            reward,
+            status,
+            info: Info::new(),
+        }
+    }
+
+    /// A step after which the episode continues.
+    pub fn running(observation: impl Into<String>, reward: f32) -> Self {
+        Self::new(observation, reward, EnvStatus::Running)
+    }
+
+    /// A step that reached a terminal state of the task.
+    pub fn terminated(observation: impl Into<String>, reward: f32) -> Self {
+        Self::new(observation, reward, EnvStatus::Terminated)
+    }
+
+    /// A step after which the episode is cut short without reaching a terminal state.
+    pub fn truncated(observation: impl Into<String>, reward: f32) -> Self {
+        Self::new(observation, reward, EnvStatus::Truncated)
+    }
+
+    /// Adds (or replaces) one info entry.
+    #[must_use]
+    pub fn with_info(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.info.insert(key.into(), value.into());
+        self
+    }
+
+    /// Records whether the agent's action was valid (info key [`ACTION_IS_VALID`]).
+    #[must_use]
+    pub fn with_action_valid(self, valid: bool) -> Self {
+        self.with_info(ACTION_IS_VALID, valid)
+    }
+
+    /// Whether the agent's action was valid, if the environment said
+    /// (info key [`ACTION_IS_VALID`] holding a boolean).
+    pub fn action_is_valid(&self) -> Option<bool> {
+        self.info
+            .get(ACTION_IS_VALID)
+            .and_then(serde_json::Value::as_bool)
+    }
+
+    /// Whether the episode continues.
+    pub fn is_running(&self) -> bool {
+        self.status == EnvStatus::Running
+    }
+
     /// Whether the episode reached a terminal state.
-    pub fn terminated(&self) -> bool {
+    pub fn is_terminated(&self) -> bool {
         self.status == EnvStatus::Terminated
     }
 
     /// Whether the episode was cut short.
-    pub fn truncated(&self) -> bool {
+    pub fn is_truncated(&self) -> bool {
         self.status == EnvStatus::Truncated
     }
 
@@ -72,15 +148,17 @@ impl StepResult {
 /// A text environment an LLM agent can play: text in, text out, deterministic under a seed.
 ///
 /// The environment parses actions leniently and answers an unparseable action with a no-op step
-/// and a format penalty rather than an error: errors are for the environment itself breaking, and
-/// the environment manager restarts a broken environment and drops only its trajectory.
+/// marked [`with_action_valid(false)`](StepResult::with_action_valid) (which a format-penalty
+/// wrapper turns into a penalty) rather than an error: errors are for the environment itself
+/// breaking, and the environment manager restarts a broken environment and drops only its
+/// trajectory.
 ///
 /// Environments are driven from one thread at a time (`&mut self`), possibly different threads
 /// over their life, hence `Send`.
 ///
 /// # Example
 /// ```
-/// use roll_core::{Env, EnvStatus, Observation, StepResult};
+/// use roll_core::{Env, Observation, StepResult};
 ///
 /// /// Guess the number; the seed picks it.
 /// struct Guess { target: u64, tries: u32 }
@@ -94,21 +172,20 @@ impl StepResult {
 ///     fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
 ///         self.tries += 1;
 ///         let guess = action.trim().parse::<u64>().ok();
-///         let (text, reward, status) = match guess {
-///             Some(g) if g == self.target => ("correct".to_string(), 1.0, EnvStatus::Terminated),
-///             _ if self.tries >= 3 => ("out of tries".to_string(), 0.0, EnvStatus::Truncated),
-///             Some(g) if g < self.target => ("higher".to_string(), 0.0, EnvStatus::Running),
-///             Some(_) => ("lower".to_string(), 0.0, EnvStatus::Running),
-///             None => ("say one digit".to_string(), -0.1, EnvStatus::Running),
-///         };
-///         Ok(StepResult { observation: text, reward, status, info: Default::default() })
+///         Ok(match guess {
+///             Some(g) if g == self.target => StepResult::terminated("correct", 1.0),
+///             _ if self.tries >= 3 => StepResult::truncated("out of tries", 0.0),
+///             Some(g) if g < self.target => StepResult::running("higher", 0.0),
+///             Some(_) => StepResult::running("lower", 0.0),
+///             None => StepResult::running("say one digit", -0.1).with_action_valid(false),
+///         })
 ///     }
 /// }
 ///
 /// let mut env = Guess { target: 0, tries: 0 };
 /// env.reset(7).unwrap();
 /// assert_eq!(env.step("3").unwrap().observation, "higher");
-/// assert!(env.step("7").unwrap().terminated());
+/// assert!(env.step("7").unwrap().is_terminated());
 /// ```
 pub trait Env: Send {
     /// Starts a new episode; the same seed gives the same episode.
@@ -122,4 +199,16 @@ pub trait Env: Send {
     /// # Errors
     /// If the environment itself fails; an invalid action is a penalised no-op, not an error.
     fn step(&mut self, action: &str) -> Result<StepResult>;
+}
+
+/// A boxed environment is an environment, so generic code (wrappers, factories) takes
+/// `Box<dyn Env>` as readily as a concrete type.
+impl<E: Env + ?Sized> Env for Box<E> {
+    fn reset(&mut self, seed: u64) -> Result<Observation> {
+        (**self).reset(seed)
+    }
+
+    fn step(&mut self, action: &str) -> Result<StepResult> {
+        (**self).step(action)
+    }
 }

@@ -28,7 +28,8 @@ pub struct EpisodeConfig {
     pub max_tokens_per_turn: u32,
     /// Maximum tokens of the whole conversation; the episode ends when the next turn would not fit.
     pub max_context_tokens: usize,
-    /// Sampling parameters (the seed is derived per turn from `sampling.seed`).
+    /// Sampling parameters. `sampling.seed` is the run seed: each turn's request gets its own
+    /// seed derived from it ([`EpisodeIds::turn_seed`]); `None` leaves requests unseeded.
     pub sampling: SamplingParams,
     /// An optional system message before the first observation.
     pub system_prompt: Option<String>,
@@ -84,6 +85,26 @@ pub struct EpisodeIds {
     pub seed: u64,
 }
 
+impl EpisodeIds {
+    /// The sampling seed of turn `turn` (0-based) of this episode in a run seeded with
+    /// `run_seed`:
+    ///
+    /// `turn_seed = sample_seed(sample_seed(run_seed, group, sample), turn, 0)`
+    ///
+    /// with [`sample_seed`](crate::scheduler::sample_seed) the splitmix64 finaliser over the xor
+    /// of its inputs times odd constants. The inner seed is the episode's own stream: distinct
+    /// for every (group, sample) pair of a run, so episodes of one group (which share the
+    /// environment seed) still sample differently; the outer mix gives each turn of it a fresh
+    /// seed (for a fixed stream, distinct turns give distinct seeds, since multiplying by an odd
+    /// constant and the finaliser are both bijections). Nothing depends on timing or completion
+    /// order, so the same run seed replays the same requests.
+    pub fn turn_seed(&self, run_seed: u64, turn: u32) -> u64 {
+        use crate::scheduler::sample_seed;
+        let episode = sample_seed(run_seed, self.group.0, self.sample.0);
+        sample_seed(episode, u64::from(turn), 0)
+    }
+}
+
 /// Plays one episode of `env` with `policy` and returns the trajectory: the reward is the sum of
 /// step rewards, `info` holds `episode_end`, `episode_score` (that sum) and `turns`.
 ///
@@ -127,10 +148,7 @@ pub async fn play_episode(
         }
         let mut params = config.sampling.clone();
         params.max_new_tokens = budget;
-        params.seed = config
-            .sampling
-            .seed
-            .map(|s| crate::scheduler::sample_seed(s, ids.sample.0, u64::from(turn)));
+        params.seed = config.sampling.seed.map(|s| ids.turn_seed(s, turn));
         let mut context = traj.prompt_ids.clone();
         context.extend_from_slice(traj.response().ids());
         let request = GenerationRequest {
@@ -168,7 +186,7 @@ pub async fn play_episode(
         record.state_key = Some(state_key);
         state_key = hash_text(&step.observation);
         if step.is_done() {
-            end = if step.terminated() {
+            end = if step.is_terminated() {
                 EpisodeEnd::Terminated
             } else {
                 EpisodeEnd::Truncated
@@ -214,4 +232,42 @@ fn hash_text(text: &str) -> u64 {
     let mut h = DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn ids(group: u64, sample: u64) -> EpisodeIds {
+        EpisodeIds {
+            sample: SampleId(sample),
+            group: GroupId(group),
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn turn_seeds_are_distinct_per_group_episode_and_turn_and_follow_the_formula() {
+        let mut seen = HashSet::new();
+        for group in 0..4 {
+            for sample in 0..8 {
+                for turn in 0..10 {
+                    assert!(seen.insert(ids(group, sample).turn_seed(42, turn)));
+                }
+            }
+        }
+        assert_eq!(seen.len(), 4 * 8 * 10);
+        // Hand-unrolled: the episode stream, then the turn.
+        let stream = crate::scheduler::sample_seed(42, 3, 5);
+        assert_eq!(
+            ids(3, 5).turn_seed(42, 2),
+            crate::scheduler::sample_seed(stream, 2, 0)
+        );
+        // The environment seed plays no part; the run seed does.
+        let mut other_env = ids(3, 5);
+        other_env.seed = 99;
+        assert_eq!(other_env.turn_seed(42, 2), ids(3, 5).turn_seed(42, 2));
+        assert_ne!(ids(3, 5).turn_seed(43, 2), ids(3, 5).turn_seed(42, 2));
+    }
 }

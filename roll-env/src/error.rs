@@ -46,9 +46,23 @@ pub enum EnvError {
         /// Why.
         reason: String,
     },
-    /// `step` was called before `reset`, or after the episode ended.
-    #[error("environment `{0}` was stepped before reset or after its episode ended")]
-    NotRunning(&'static str),
+    /// `step` was called before the first `reset` (see
+    /// [`EpisodeGuard`](crate::wrappers::EpisodeGuard)).
+    #[error("environment `{env}` was stepped before reset")]
+    NotReset {
+        /// The environment kind.
+        env: String,
+    },
+    /// `step` was called after the episode ended and before the next `reset` (see
+    /// [`EpisodeGuard`](crate::wrappers::EpisodeGuard)).
+    #[error("environment `{env}` was stepped after its episode ended ({why}); reset it first")]
+    EpisodeOver {
+        /// The environment kind.
+        env: String,
+        /// How the episode ended: `it terminated`, `it was truncated`, `a step failed`, `its
+        /// reset failed`.
+        why: &'static str,
+    },
     /// An environment panicked; its episode was dropped and the environment rebuilt.
     #[error("environment `{kind}` panicked: {message}")]
     Panicked {
@@ -77,6 +91,25 @@ pub enum EnvError {
         failures: u64,
         /// The last failure.
         last: String,
+    },
+    /// The group filter rejected more groups than a batch allows (see
+    /// [`AgenticScheduler::with_filter`](crate::AgenticScheduler::with_filter)): the task is
+    /// probably too hard or too easy for the policy to give any group a learning signal.
+    #[error(
+        "the group filter rejected {rejected} groups of `{kind}` while collecting {wanted} (at most {allowed} allowed){}",
+        .last_error.as_ref().map(|e| format!("; last filter error: {e}")).unwrap_or_default()
+    )]
+    TooManyFiltered {
+        /// The environment kind.
+        kind: String,
+        /// Groups rejected in this batch.
+        rejected: u64,
+        /// The most that may be rejected per batch.
+        allowed: u64,
+        /// Groups the batch needs.
+        wanted: usize,
+        /// The last error the filter returned (an error counts as a rejection), if any.
+        last_error: Option<String>,
     },
     /// The environment manager needs a tokio runtime to drive the policy from its threads.
     #[error("the environment manager must run inside a tokio runtime")]
@@ -114,15 +147,12 @@ pub(crate) fn invalid_option<T>(
     })
 }
 
-/// Checks the options every environment has: `max_steps ≥ 1` and a finite `format_penalty ≤ 0`.
+/// Checks the options every environment has, as the wrappers that apply them do:
+/// `max_steps ≥ 1` ([`StepLimit`](crate::wrappers::StepLimit)) and a finite `format_penalty ≤ 0`
+/// ([`FormatPenalty`](crate::wrappers::FormatPenalty)).
 pub(crate) fn check_episode_options(max_steps: u32, format_penalty: f32) -> Result<(), EnvError> {
-    if max_steps == 0 {
-        return invalid_option("max_steps", 0, "an integer ≥ 1");
-    }
-    if !(format_penalty.is_finite() && format_penalty <= 0.0) {
-        return invalid_option("format_penalty", format_penalty, "a finite number ≤ 0");
-    }
-    Ok(())
+    crate::wrappers::check_max_steps(max_steps)?;
+    crate::wrappers::check_penalty(format_penalty)
 }
 
 #[cfg(test)]
@@ -131,8 +161,31 @@ mod tests {
 
     #[test]
     fn converts_to_the_core_env_error_and_keeps_the_message() {
-        let e: roll_core::Error = EnvError::NotRunning("sokoban").into();
+        let e: roll_core::Error = EnvError::NotReset {
+            env: "sokoban".into(),
+        }
+        .into();
         assert!(matches!(e, roll_core::Error::Env(_)));
         assert!(e.to_string().contains("sokoban"), "{e}");
+    }
+
+    #[test]
+    fn the_filter_error_mentions_the_last_filter_error_only_when_there_was_one() {
+        let mut e = EnvError::TooManyFiltered {
+            kind: "sokoban".into(),
+            rejected: 11,
+            allowed: 10,
+            wanted: 1,
+            last_error: None,
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("rejected 11 groups of `sokoban`") && !text.contains("last filter error"),
+            "{text}"
+        );
+        if let EnvError::TooManyFiltered { last_error, .. } = &mut e {
+            *last_error = Some("unrewarded sample".into());
+        }
+        assert!(e.to_string().ends_with("; last filter error: unrewarded sample"));
     }
 }

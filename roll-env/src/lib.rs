@@ -18,6 +18,10 @@
 //! episodes at once in groups that share a seed, survives environments that panic or hang, and
 //! feeds the agentic pipeline through [`AgenticScheduler`], a [`Scheduler`](roll_core::Scheduler).
 //!
+//! Episode rules shared by every environment are [`wrappers`]: a step limit, a format penalty for
+//! invalid actions and a guard against stepping outside an episode, chained with
+//! [`EnvExt`](wrappers::EnvExt) onto any environment (the built-in ones wear all three).
+//!
 //! Shared pieces: [`action`] (the lenient action parser), [`prompt`] (the turn prompt), [`grid`].
 #![warn(missing_docs)]
 
@@ -33,6 +37,7 @@ mod scheduler;
 pub mod shop;
 pub mod sokoban;
 pub mod tool_use;
+pub mod wrappers;
 
 pub use error::EnvError;
 pub use frozen_lake::{FrozenLake, FrozenLakeConfig};

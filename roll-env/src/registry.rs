@@ -20,6 +20,24 @@ type MakeFactory = dyn Fn(&EnvOptions) -> Result<EnvFactory, EnvError> + Send + 
 
 /// Builds fresh instances of one configured environment: what the [`EnvManager`](crate::EnvManager)
 /// calls for each of its threads, and again to replace an instance that panicked or hung.
+///
+/// Any closure returning an environment type will do; no cast to `Box<dyn Env>` is needed (a
+/// closure that returns one still works, since a boxed environment is an environment):
+///
+/// ```
+/// use roll_core::testing::EchoEnv;
+/// use roll_core::Env;
+/// use roll_env::EnvFactory;
+/// use roll_env::wrappers::EnvExt;
+///
+/// let factory = EnvFactory::new("echo", || Ok(EchoEnv::new(3)));
+/// let mut env = factory.build()?;
+/// assert!(env.reset(5)?.text.contains("#5"));
+/// // Wrapped environments are environments too.
+/// let limited = EnvFactory::new("echo", || EchoEnv::new(100).with_step_limit(3));
+/// assert_eq!(limited.kind(), "echo");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct EnvFactory {
     kind: Arc<str>,
@@ -28,13 +46,14 @@ pub struct EnvFactory {
 
 impl EnvFactory {
     /// A factory named `kind` (used in reports) that calls `build`.
-    pub fn new(
-        kind: impl Into<String>,
-        build: impl Fn() -> Result<Box<dyn Env>, EnvError> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn new<E, F>(kind: impl Into<String>, build: F) -> Self
+    where
+        E: Env + 'static,
+        F: Fn() -> Result<E, EnvError> + Send + Sync + 'static,
+    {
         Self {
             kind: kind.into().into(),
-            build: Arc::new(build),
+            build: Arc::new(move || build().map(|env| Box::new(env) as Box<dyn Env>)),
         }
     }
 
@@ -71,7 +90,7 @@ impl fmt::Debug for EnvFactory {
 ///
 /// ```
 /// use roll_core::config::ComponentSpec;
-/// use roll_core::{Env, EnvStatus, Observation, StepResult};
+/// use roll_core::{Env, Observation, StepResult};
 /// use roll_env::EnvRegistry;
 /// use serde::{Deserialize, Serialize};
 ///
@@ -85,7 +104,7 @@ impl fmt::Debug for EnvFactory {
 ///         Ok(Observation::new(format!("seed {seed}, {} sides", self.0)))
 ///     }
 ///     fn step(&mut self, _: &str) -> roll_core::Result<StepResult> {
-///         Ok(StepResult { observation: String::new(), reward: 1.0, status: EnvStatus::Terminated, info: Default::default() })
+///         Ok(StepResult::terminated("heads", 1.0))
 ///     }
 /// }
 ///
@@ -180,9 +199,7 @@ impl EnvRegistry {
             // Build one instance now so that a bad value fails here, not in a thread.
             make(&config)?;
             let make = make.clone();
-            Ok(EnvFactory::new(name.to_string(), move || {
-                make(&config).map(|e| Box::new(e) as Box<dyn Env>)
-            }))
+            Ok(EnvFactory::new(name.to_string(), move || make(&config)))
         };
         self.entries.insert(kind.to_string(), Arc::new(factory));
         self

@@ -4,19 +4,41 @@ use crate::{EnvError, EnvManager, EnvManagerConfig, EnvRegistry, registry::BUILT
 use async_trait::async_trait;
 use roll_core::{Generate, WeightVersion};
 use roll_core::config::{AgenticConfig, ComponentSpec};
-use roll_core::scheduler::{RolloutBatch, Scheduler};
+use roll_core::scheduler::{GroupFilter, RolloutBatch, Scheduler};
 use roll_core::tokenizer::Tokenizer;
+use std::fmt;
 use std::sync::Arc;
+
+/// Rejected groups allowed per batch, per group the batch needs, unless
+/// [`with_max_filtered`](AgenticScheduler::with_max_filtered) says otherwise (as DAPO's
+/// `max_num_gen_batches = 10`: at most ten batches' worth of groups to fill one).
+const DEFAULT_FILTER_BUDGET: u64 = 10;
 
 /// Collects `num_groups` complete groups of trajectories per batch from an [`EnvManager`], so an
 /// agentic pipeline uses it exactly as an RLVR pipeline uses the RLVR scheduler.
 ///
 /// Synchronous: each [`next_batch`](Scheduler::next_batch) starts its groups, waits for them and
 /// aborts what is left (ROLL's agentic rollout with `async_generation_ratio = 0`).
-#[derive(Debug)]
+///
+/// With [`with_filter`](Self::with_filter) (e.g. `algorithm.dynamic_filter`), a finished group
+/// the filter rejects does not count: it is replaced by a new group on a new seed, as the RLVR
+/// scheduler replaces a prompt.
 pub struct AgenticScheduler {
     manager: EnvManager,
     num_groups: usize,
+    filter: Option<Box<dyn GroupFilter>>,
+    max_filtered: Option<u64>,
+}
+
+impl fmt::Debug for AgenticScheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgenticScheduler")
+            .field("manager", &self.manager)
+            .field("num_groups", &self.num_groups)
+            .field("filter", &self.filter.is_some())
+            .field("max_filtered", &self.max_filtered())
+            .finish()
+    }
 }
 
 impl AgenticScheduler {
@@ -35,7 +57,33 @@ impl AgenticScheduler {
         Ok(Self {
             manager,
             num_groups,
+            filter: None,
+            max_filtered: None,
         })
+    }
+
+    /// Drops finished groups that `filter` rejects, each replaced by a new group, counted in the
+    /// batch's `groups_filtered`. Pass roll-algos' `DynamicFilter` (the configured
+    /// `algorithm.dynamic_filter`) to keep only groups with a learning signal.
+    #[must_use]
+    pub fn with_filter(mut self, filter: impl GroupFilter + 'static) -> Self {
+        self.filter = Some(Box::new(filter));
+        self
+    }
+
+    /// How many groups the filter may reject while one batch is collected before
+    /// [`next_batch`](Scheduler::next_batch) fails with [`EnvError::TooManyFiltered`] rather than
+    /// play forever. Default: 10 × `num_groups`.
+    #[must_use]
+    pub fn with_max_filtered(mut self, max_filtered: u64) -> Self {
+        self.max_filtered = Some(max_filtered);
+        self
+    }
+
+    /// How many rejected groups one batch tolerates.
+    pub fn max_filtered(&self) -> u64 {
+        self.max_filtered
+            .unwrap_or_else(|| DEFAULT_FILTER_BUDGET.saturating_mul(self.num_groups as u64))
     }
 
     /// The scheduler an `[agentic]` config section describes: the environment built from
@@ -91,7 +139,16 @@ fn with_default_penalty(spec: &ComponentSpec, penalty: f64) -> ComponentSpec {
 #[async_trait]
 impl Scheduler for AgenticScheduler {
     async fn next_batch(&mut self, _current: WeightVersion) -> roll_core::Result<RolloutBatch> {
-        Ok(self.manager.collect(self.num_groups).await?)
+        let max_filtered = self.max_filtered();
+        let batch = match &self.filter {
+            None => self.manager.collect(self.num_groups).await?,
+            Some(filter) => {
+                self.manager
+                    .collect_filtered(self.num_groups, &**filter, max_filtered)
+                    .await?
+            }
+        };
+        Ok(batch)
     }
 }
 

@@ -8,7 +8,7 @@ use roll_core::episode::EpisodeConfig;
 use roll_core::pipeline::{RlvrPipeline, RlvrPipelineConfig};
 use roll_core::scheduler::Scheduler;
 use roll_core::testing::{ByteTokenizer, MockPolicy};
-use roll_core::{Env, EnvStatus, Observation, Policy, SamplingParams, StepResult};
+use roll_core::{Env, Observation, Policy, SamplingParams, StepResult};
 use roll_env::{AgenticScheduler, EnvFactory, EnvManager, EnvManagerConfig};
 use std::sync::Arc;
 
@@ -26,16 +26,11 @@ impl Env for SayTheNumber {
     fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
         self.turn += 1;
         let reward = if action.contains('7') { 1.0 / 3.0 } else { 0.0 };
-        let status = if self.turn >= 3 {
-            EnvStatus::Truncated
+        let observation = format!("turn {} done", self.turn);
+        Ok(if self.turn >= 3 {
+            StepResult::truncated(observation, reward)
         } else {
-            EnvStatus::Running
-        };
-        Ok(StepResult {
-            observation: format!("turn {} done", self.turn),
-            reward,
-            status,
-            info: Default::default(),
+            StepResult::running(observation, reward)
         })
     }
 }
@@ -44,9 +39,7 @@ impl Env for SayTheNumber {
 async fn agentic_grpo_through_the_env_manager_learns() {
     let mock = Arc::new(MockPolicy::digits().with_learning_rate(3.0));
     let actor: Arc<dyn Policy> = mock.clone();
-    let factory = EnvFactory::new("say_the_number", || {
-        Ok(Box::new(SayTheNumber { turn: 0 }) as Box<dyn Env>)
-    });
+    let factory = EnvFactory::new("say_the_number", || Ok(SayTheNumber { turn: 0 }));
     let config = EnvManagerConfig {
         group_size: 6,
         episode: EpisodeConfig {

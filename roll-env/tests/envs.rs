@@ -267,3 +267,63 @@ proptest::proptest! {
         }
     }
 }
+
+/// FNV-1a over the texts.
+fn fingerprint(texts: &[String]) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for text in texts {
+        for b in text.bytes().chain([0]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    h
+}
+
+/// Every observation, reward, status and info of fixed random-agent episodes — valid and invalid
+/// actions, terminations and truncations (`max_steps = 6` of 8 attempted steps) — fingerprinted
+/// per kind. Taken before the step limit, format penalty and episode guard moved out of the
+/// environments into wrappers: the rules must play exactly as before.
+#[test]
+fn transcripts_match_the_pinned_fingerprints() {
+    let registry = EnvRegistry::with_builtins();
+    let mut got = Vec::new();
+    for kind in BUILTIN_KINDS {
+        let spec = ComponentSpec::new(kind)
+            .with_option("format_penalty", -0.1)
+            .with_option("max_steps", 6);
+        let mut env = registry.build(&spec).unwrap();
+        let vocab = vocabulary(kind);
+        let mut log = Vec::new();
+        for seed in 0..30 {
+            log.extend(transcript(&mut *env, seed, seed + 7, 8, &vocab));
+        }
+        got.push(fingerprint(&log));
+    }
+    assert_eq!(got, PINNED_TRANSCRIPTS, "{got:#018X?}");
+}
+
+const PINNED_TRANSCRIPTS: [u64; 6] = [
+    0x2CC3_1058_BC5C_9DCE,
+    0xD878_0A2A_51EF_6EAA,
+    0x6C13_0AFB_A219_9B1A,
+    0x635E_5C13_700F_D19C,
+    0x48C0_BE05_E8E5_EBA8,
+    0xD931_6606_37F3_23B5,
+];
+
+#[test]
+fn every_env_refuses_steps_outside_an_episode() {
+    let registry = EnvRegistry::with_builtins();
+    for kind in BUILTIN_KINDS {
+        let spec = ComponentSpec::new(kind).with_option("max_steps", 1);
+        let mut env = registry.build(&spec).unwrap();
+        let err = env.step("<answer>Up</answer>").unwrap_err().to_string();
+        assert!(err.contains("before reset"), "{kind}: {err}");
+        env.reset(0).unwrap();
+        assert!(env.step("junk").unwrap().is_truncated(), "{kind}");
+        let err = env.step("junk").unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{kind}: {err}");
+        env.reset(1).unwrap();
+        assert!(env.step("junk").is_ok(), "{kind}: a reset starts over");
+    }
+}

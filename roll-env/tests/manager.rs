@@ -4,9 +4,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use roll_core::config::{AgenticConfig, ComponentSpec};
-use roll_core::episode::EpisodeConfig;
+use roll_core::episode::{EpisodeConfig, EpisodeIds};
+use roll_core::scheduler::GroupFilter;
 use roll_core::testing::{ByteTokenizer, MockPolicy};
-use roll_core::{Env, EnvStatus, Observation, Scheduler, StepResult, WeightVersion};
+use roll_core::{
+    Env, Generate, Generation, GenerationRequest, Group, Observation, Scheduler, StepResult,
+    WeightVersion,
+};
 use roll_env::manager::{IncidentKind, Phase};
 use roll_env::{AgenticScheduler, EnvFactory, EnvManager, EnvManagerConfig, EnvRegistry};
 use std::sync::Arc;
@@ -49,16 +53,11 @@ impl Env for Walk {
             Fault::SlowSteps(d) => std::thread::sleep(d),
             _ => {}
         }
-        let status = if self.steps >= self.len {
-            EnvStatus::Terminated
+        let observation = format!("at {}", self.steps);
+        Ok(if self.steps >= self.len {
+            StepResult::terminated(observation, 1.0)
         } else {
-            EnvStatus::Running
-        };
-        Ok(StepResult {
-            observation: format!("at {}", self.steps),
-            reward: 1.0,
-            status,
-            info: Default::default(),
+            StepResult::running(observation, 1.0)
         })
     }
 }
@@ -69,11 +68,11 @@ fn walk(len: u32, fault: Fault, always: bool) -> EnvFactory {
     EnvFactory::new("walk", move || {
         let first = built.fetch_add(1, Ordering::SeqCst) == 0;
         let fault = if first || always { fault } else { Fault::None };
-        Ok(Box::new(Walk {
+        Ok(Walk {
             len,
             steps: 0,
             fault,
-        }) as Box<dyn Env>)
+        })
     })
 }
 
@@ -296,4 +295,184 @@ fn works_on_a_runtime_without_timers() {
     let batch = runtime.block_on(m.collect(1)).unwrap();
     assert_eq!(batch.num_samples(), 2);
     assert_eq!(m.totals().timeouts, 1);
+}
+
+/// The mock policy, recording the sampling seed of every request.
+struct SeedLog {
+    inner: MockPolicy,
+    seeds: std::sync::Mutex<Vec<Option<u64>>>,
+}
+
+impl SeedLog {
+    fn new() -> Arc<Self> {
+        let alphabet = b"LRUD".iter().map(|&b| u32::from(b)).collect();
+        Arc::new(Self {
+            inner: MockPolicy::new(alphabet, Some(ByteTokenizer::EOS)).unwrap(),
+            seeds: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn seeds(&self) -> Vec<Option<u64>> {
+        self.seeds.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Generate for SeedLog {
+    async fn generate(&self, request: GenerationRequest) -> roll_core::Result<Generation> {
+        self.seeds.lock().unwrap().push(request.params.seed);
+        self.inner.generate(request).await
+    }
+
+    fn weight_version(&self) -> WeightVersion {
+        self.inner.weight_version()
+    }
+}
+
+/// Responses of a batch, group by group, sample by sample.
+fn responses(batch: &roll_core::RolloutBatch) -> Vec<Vec<Vec<u32>>> {
+    batch
+        .groups
+        .iter()
+        .map(|g| {
+            g.samples()
+                .iter()
+                .map(|s| s.response().ids().to_vec())
+                .collect()
+        })
+        .collect()
+}
+
+/// A config that leaves `episode.sampling.seed` unset: the manager's run seed must reach sampling.
+fn seeded(seed: u64, threads: usize) -> EnvManagerConfig {
+    EnvManagerConfig {
+        group_size: 3,
+        episode: EpisodeConfig {
+            max_turns: 10,
+            max_tokens_per_turn: 4,
+            ..EpisodeConfig::default()
+        },
+        num_threads: threads,
+        seed,
+        ..EnvManagerConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_seed_reaches_every_turn_of_every_episode() {
+    let log = SeedLog::new();
+    let mut m = EnvManager::new(
+        seeded(11, 3),
+        walk(4, Fault::None, false),
+        log.clone(),
+        Arc::new(ByteTokenizer),
+    )
+    .unwrap();
+    let batch = m.collect(2).await.unwrap();
+    // 2 groups × 3 episodes × 4 turns, each request seeded, no two alike.
+    let seeds = log.seeds();
+    assert_eq!(seeds.len(), 24);
+    let distinct: std::collections::BTreeSet<u64> = seeds.iter().map(|s| s.unwrap()).collect();
+    assert_eq!(distinct.len(), 24, "{seeds:?}");
+    // Exactly the seeds the formula gives for these episodes (group, sample id, turn 0..4).
+    let mut expected = std::collections::BTreeSet::new();
+    for g in &batch.groups {
+        for s in g.samples() {
+            let ids = EpisodeIds {
+                sample: s.id,
+                group: g.id(),
+                seed: g.prompt().id.0,
+            };
+            expected.extend((0..4).map(|turn| ids.turn_seed(11, turn)));
+        }
+    }
+    assert_eq!(distinct, expected);
+    // Episodes of one group play the same level but sample differently.
+    let texts = responses(&batch);
+    assert!(texts.iter().all(|g| g[0] != g[1] || g[1] != g[2]), "{texts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_run_seed_replays_the_rollout_and_another_seed_does_not() {
+    let run = |seed: u64, threads: usize| async move {
+        let mut m = manager(seeded(seed, threads), walk(4, Fault::None, false));
+        let first = m.collect(2).await.unwrap();
+        let second = m.collect(2).await.unwrap();
+        (responses(&first), responses(&second))
+    };
+    let a = run(7, 4).await;
+    // Another thread count changes the timing, not the rollout.
+    assert_eq!(a, run(7, 1).await);
+    let b = run(8, 4).await;
+    assert_ne!(a.0, b.0);
+    assert_ne!(a.1, b.1);
+    // Batches of one run differ from each other too.
+    assert_ne!(a.0, a.1);
+}
+
+#[tokio::test]
+async fn a_filter_replaces_rejected_groups_with_new_ones() {
+    let m = manager(config(2, 0, 2), walk(3, Fault::None, false));
+    // Keeps even group ids only: group 1 is rejected and group 2 takes its place.
+    let mut scheduler = AgenticScheduler::new(m, 2)
+        .unwrap()
+        .with_filter(|g: &Group| g.id().0 % 2 == 0);
+    let batch = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap();
+    let ids: Vec<u64> = batch.groups.iter().map(|g| g.id().0).collect();
+    assert_eq!(ids, [0, 2]);
+    assert_eq!(
+        (batch.stats.groups_filtered, batch.stats.prompts_started),
+        (1, 3)
+    );
+    // Samples of the rejected group were played (and counted) all the same.
+    assert_eq!(batch.stats.samples_finished, 6);
+    let next = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap();
+    let ids: Vec<u64> = next.groups.iter().map(|g| g.id().0).collect();
+    assert_eq!((ids, next.stats.groups_filtered), (vec![4, 6], 2));
+}
+
+#[tokio::test]
+async fn the_dynamic_filter_applies_and_a_hopeless_filter_fails_the_batch() {
+    // Every walk earns 3: no group has any spread, so DAPO's `min_std = 0` rejects them all.
+    let m = manager(config(2, 0, 2), walk(3, Fault::None, false));
+    let filter = roll_algos::filter::DynamicFilter {
+        min_std: Some(0.0),
+        ..Default::default()
+    };
+    let mut scheduler = AgenticScheduler::new(m, 2)
+        .unwrap()
+        .with_filter(filter)
+        .with_max_filtered(3);
+    assert_eq!(scheduler.max_filtered(), 3);
+    let err = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap_err().to_string();
+    assert!(
+        err.contains("rejected 4 groups of `walk`") && err.contains("at most 3"),
+        "{err}"
+    );
+    // The default budget is ten groups per group of the batch.
+    let m = manager(config(2, 0, 2), walk(3, Fault::None, false));
+    assert_eq!(AgenticScheduler::new(m, 3).unwrap().max_filtered(), 30);
+}
+
+/// A filter that cannot judge any group.
+struct Broken;
+
+impl GroupFilter for Broken {
+    fn keep(&self, _: &Group) -> roll_core::Result<bool> {
+        Err(roll_core::Error::invalid_data("group", "no verdict"))
+    }
+}
+
+#[tokio::test]
+async fn a_filter_error_counts_as_a_rejection_and_is_reported() {
+    let m = manager(config(1, 0, 1), walk(2, Fault::None, false));
+    let mut scheduler = AgenticScheduler::new(m, 1)
+        .unwrap()
+        .with_filter(Broken)
+        .with_max_filtered(0);
+    let err = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap_err().to_string();
+    assert!(
+        err.contains("rejected 1 groups") && err.contains("no verdict"),
+        "{err}"
+    );
 }

@@ -166,8 +166,10 @@ impl RunBuilder {
                 let (manager, num_groups) = (manager.clone(), *num_groups);
                 Box::new(move |actor| {
                     let manager = EnvManager::new(manager, factory, actor, tokenizer)?;
-                    let s = AgenticScheduler::new(manager, num_groups)?;
-                    let _ = filter; // TODO(filter): agentic filter hook
+                    let mut s = AgenticScheduler::new(manager, num_groups)?;
+                    if let Some(f) = filter {
+                        s = s.with_filter(f);
+                    }
                     Ok(Box::new(s) as Box<dyn Scheduler>)
                 })
             }

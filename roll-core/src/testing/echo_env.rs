@@ -1,6 +1,6 @@
 //! An environment that echoes the agent.
 
-use crate::env::{EnvStatus, Info, Observation, StepResult};
+use crate::env::{Observation, StepResult};
 use crate::{Env, Result};
 
 /// Echoes each action back as the next observation. Reward 1 for a non-empty action, −0.1 (a
@@ -33,27 +33,23 @@ impl Env for EchoEnv {
         self.turn += 1;
         let action = action.trim();
         let reward = if action.is_empty() { -0.1 } else { 1.0 };
-        let status = if action.contains("stop") {
-            EnvStatus::Terminated
+        let step = if action.contains("stop") {
+            StepResult::terminated(action, reward)
         } else if self.turn >= self.max_turns {
-            EnvStatus::Truncated
+            StepResult::truncated(action, reward)
         } else {
-            EnvStatus::Running
+            StepResult::running(action, reward)
         };
-        let mut info = Info::new();
-        info.insert("turn".into(), self.turn.into());
-        Ok(StepResult {
-            observation: action.to_string(),
-            reward,
-            status,
-            info,
-        })
+        Ok(step
+            .with_action_valid(!action.is_empty())
+            .with_info("turn", self.turn))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EnvStatus;
 
     #[test]
     fn echoes_and_ends_on_stop_or_turn_limit() {
@@ -62,8 +58,11 @@ mod tests {
         let r = env.step(" hi ").unwrap();
         assert_eq!((r.observation.as_str(), r.reward), ("hi", 1.0));
         assert_eq!(r.status, EnvStatus::Running);
-        assert!(env.step("").unwrap().truncated());
+        assert_eq!((r.info["turn"].as_u64(), r.action_is_valid()), (Some(1), Some(true)));
+        let r = env.step("").unwrap();
+        assert!(r.is_truncated());
+        assert_eq!((r.reward, r.action_is_valid()), (-0.1, Some(false)));
         env.reset(0).unwrap();
-        assert!(env.step("please stop").unwrap().terminated());
+        assert!(env.step("please stop").unwrap().is_terminated());
     }
 }

@@ -6,8 +6,8 @@ use crate::action::{extract_action, parse_choice};
 use crate::grid::Direction;
 use crate::prompt::TurnPrompt;
 use crate::rng::Rng;
-use roll_core::env::Info;
-use roll_core::{Env, EnvStatus, Observation, StepResult};
+use crate::wrappers::{EnvExt, Episodic};
+use roll_core::{Env, Observation, StepResult};
 
 const INSTRUCTIONS: &str = "You are solving the FrozenLake puzzle. Avoid the holes and walk to the goal. \
 You may slide in an unintended direction on the slippery ice.\n\
@@ -22,14 +22,21 @@ const ACTIONS: [(&str, Direction); 4] = [
     ("up", Direction::Up),
 ];
 
-/// The FrozenLake environment (registered as `frozen_lake`).
+/// The FrozenLake environment (registered as `frozen_lake`): the lake's rules in [`Episodic`]
+/// wrappers for `max_steps` and `format_penalty`.
 #[derive(Debug, Clone)]
 pub struct FrozenLake {
+    env: Episodic<Lake>,
+}
+
+/// The rules of the lake, without the episode rules the wrappers add.
+#[derive(Debug, Clone)]
+struct Lake {
     config: FrozenLakeConfig,
     map: LakeMap,
     position: usize,
+    /// Steps since the reset, for the prompt's turn index and actions left.
     steps: u32,
-    running: bool,
     rng: Rng,
 }
 
@@ -40,33 +47,52 @@ impl FrozenLake {
     /// [`EnvError::InvalidOption`] if an option is out of range.
     pub fn new(config: FrozenLakeConfig) -> Result<Self, EnvError> {
         config.validate()?;
-        Ok(Self {
+        let (max_steps, penalty) = (config.max_steps, config.format_penalty);
+        let lake = Lake {
             config,
             map: LakeMap::standard_4x4(),
             position: 0,
             steps: 0,
-            running: false,
             rng: Rng::new(0, 0),
+        };
+        Ok(Self {
+            env: lake.episodic("frozen_lake", max_steps, penalty)?,
         })
     }
 
     /// The current map.
     pub fn map(&self) -> &LakeMap {
-        &self.map
+        &self.env.base().map
     }
 
     /// The player's cell (row-major index).
     pub fn position(&self) -> usize {
-        self.position
+        self.env.base().position
     }
 
     /// A shortest hole-free path from the player to the goal (optimal on non-slippery ice).
     pub fn solve(&self) -> Option<Vec<Direction>> {
-        self.map.shortest_path(self.position)
+        self.map().shortest_path(self.position())
     }
 
     /// The grid as text.
     pub fn render(&self) -> String {
+        self.env.base().render()
+    }
+}
+
+impl Env for FrozenLake {
+    fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
+        self.env.reset(seed)
+    }
+
+    fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
+        self.env.step(action)
+    }
+}
+
+impl Lake {
+    fn render(&self) -> String {
         let size = self.map.size();
         let mut s = String::with_capacity(size * (size + 1) * 2);
         for cell in 0..size * size {
@@ -107,7 +133,7 @@ impl FrozenLake {
     }
 }
 
-impl Env for FrozenLake {
+impl Env for Lake {
     fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
         self.rng = Rng::new(seed, 0xF207);
         self.map = match self.config.map {
@@ -117,80 +143,60 @@ impl Env for FrozenLake {
         };
         self.position = self.map.start();
         self.steps = 0;
-        self.running = true;
         let mut obs = Observation::new(self.prompt(true, None));
         obs.info
             .insert("env_instruction".into(), INSTRUCTIONS.into());
         Ok(obs)
     }
 
+    /// An unparseable action is a no-op with reward 0, marked invalid.
     fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
-        if !self.running {
-            return Err(EnvError::NotRunning("frozen_lake").into());
-        }
         self.steps += 1;
-        let mut info = Info::new();
         let content = extract_action(action);
-        let (reward, feedback) = match parse_choice(action, &ACTIONS) {
-            None => {
-                info.insert("action_is_valid".into(), false.into());
-                info.insert("action_is_effective".into(), false.into());
-                (
-                    self.config.format_penalty,
-                    format!(
-                        "At turn {}, you did not provide a valid action.",
-                        self.steps
-                    ),
-                )
-            }
-            Some(dir) => {
-                let actual = self.slide(dir);
-                let before = self.position;
-                self.position = self.map.next_cell(self.position, actual);
-                let effective = before != self.position;
-                info.insert("action_is_valid".into(), true.into());
-                info.insert("action_is_effective".into(), effective.into());
-                info.insert("moved".into(), actual.name().into());
-                let reward = if self.map.tile(self.position) == Some(Tile::Goal) {
-                    1.0
-                } else {
-                    0.0
-                };
-                let what = if effective {
-                    "which is effective"
-                } else {
-                    "which is not effective"
-                };
-                (
-                    reward,
-                    format!("At turn {}, you moved {dir}, {what}.", self.steps),
-                )
-            }
+        let Some(dir) = parse_choice(action, &ACTIONS) else {
+            let feedback = format!(
+                "At turn {}, you did not provide a valid action.",
+                self.steps
+            );
+            return Ok(StepResult::running(self.prompt(false, Some(&feedback)), 0.0)
+                .with_action_valid(false)
+                .with_info("action_is_effective", false)
+                .with_info("success", false)
+                .with_info("action", content));
         };
+        let actual = self.slide(dir);
+        let before = self.position;
+        self.position = self.map.next_cell(self.position, actual);
+        let effective = before != self.position;
+        let what = if effective {
+            "which is effective"
+        } else {
+            "which is not effective"
+        };
+        let feedback = format!("At turn {}, you moved {dir}, {what}.", self.steps);
+        let observation = self.prompt(false, Some(&feedback));
         let tile = self.map.tile(self.position);
         let success = tile == Some(Tile::Goal);
-        let status = if success || tile == Some(Tile::Hole) {
-            EnvStatus::Terminated
-        } else if self.steps >= self.config.max_steps {
-            EnvStatus::Truncated
+        let step = if success {
+            StepResult::terminated(observation, 1.0)
+        } else if tile == Some(Tile::Hole) {
+            StepResult::terminated(observation, 0.0)
         } else {
-            EnvStatus::Running
+            StepResult::running(observation, 0.0)
         };
-        self.running = status == EnvStatus::Running;
-        info.insert("success".into(), success.into());
-        info.insert("action".into(), content.into());
-        Ok(StepResult {
-            observation: self.prompt(false, Some(&feedback)),
-            reward,
-            status,
-            info,
-        })
+        Ok(step
+            .with_action_valid(true)
+            .with_info("action_is_effective", effective)
+            .with_info("moved", actual.name())
+            .with_info("success", success)
+            .with_info("action", content))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roll_core::EnvStatus;
 
     fn lake(options: FrozenLakeConfig) -> FrozenLake {
         FrozenLake::new(options).unwrap()

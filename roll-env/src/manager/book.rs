@@ -211,11 +211,6 @@ impl Book {
         std::mem::take(&mut self.ready)
     }
 
-    /// Complete groups waiting to be taken.
-    pub(crate) fn ready_len(&self) -> usize {
-        self.ready.len()
-    }
-
     /// Aborts and forgets everything open.
     pub(crate) fn abort_all(&mut self) {
         for j in self.jobs.values() {

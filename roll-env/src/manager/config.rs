@@ -28,8 +28,12 @@ pub struct EnvManagerConfig {
     /// batch, at most 16 per CPU core — threads mostly wait for the policy, so more threads than
     /// cores keep the inference engine's batch full.
     pub num_threads: usize,
-    /// The run seed: the seed of group `g` is derived from it and `g`, and so are sampling seeds.
-    /// Default `42`.
+    /// The run seed. The environment seed of group `g` is derived from it and `g`; it is also the
+    /// sampling run seed unless `episode.sampling.seed` is set, and each turn's request gets its
+    /// own seed derived from that, the group, the episode and the turn
+    /// ([`EpisodeIds::turn_seed`](roll_core::episode::EpisodeIds::turn_seed)). The same seed
+    /// replays the same rollout (groups without redundancy, where timing cannot choose which
+    /// episodes count). Default `42`.
     pub seed: u64,
     /// Episodes that may fail in a row before [`collect`](super::EnvManager::collect) gives up.
     /// `0` (default): twice the episodes of a batch, at least 8.

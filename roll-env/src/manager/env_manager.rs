@@ -9,7 +9,7 @@ use super::book::{Book, Landed};
 use super::incident::{Incident, IncidentKind};
 use super::slot::{Event, Job, Outcome};
 use crate::{EnvError, EnvFactory};
-use roll_core::scheduler::{RolloutBatch, RolloutStats};
+use roll_core::scheduler::{GroupFilter, RolloutBatch, RolloutStats};
 use roll_core::tokenizer::Tokenizer;
 use roll_core::{Generate, Group};
 use std::collections::VecDeque;
@@ -160,9 +160,11 @@ impl EnvManager {
     ) -> Result<Self, EnvError> {
         config.validate()?;
         let (events_tx, events) = unbounded_channel();
+        let mut episode = config.episode.clone();
+        episode.sampling.seed.get_or_insert(config.seed);
         Ok(Self {
             book: Book::new(config.group_size, config.group_size_redundancy, config.seed),
-            episode: Arc::new(config.episode.clone()),
+            episode: Arc::new(episode),
             config,
             factory,
             policy,
@@ -225,6 +227,32 @@ impl EnvManager {
     /// started, [`EnvError::TooManyFailures`] if episodes keep failing. Individual failures are
     /// counted in the batch's stats and in [`incidents`](Self::incidents), not returned.
     pub async fn collect(&mut self, num_groups: usize) -> Result<RolloutBatch, EnvError> {
+        self.collect_inner(num_groups, None).await
+    }
+
+    /// As [`collect`](Self::collect), but each group that completes is first shown to `filter`
+    /// (e.g. roll-algos' `DynamicFilter`, which drops groups whose rewards are all equal): a
+    /// rejected group is dropped, counted in the stats' `groups_filtered`, and a new group (a new
+    /// seed) starts in its place at once. A filter error counts as a rejection.
+    ///
+    /// # Errors
+    /// As [`collect`](Self::collect), and [`EnvError::TooManyFiltered`] once more than
+    /// `max_rejected` groups were rejected in this call (everything still running is aborted).
+    pub async fn collect_filtered(
+        &mut self,
+        num_groups: usize,
+        filter: &dyn GroupFilter,
+        max_rejected: u64,
+    ) -> Result<RolloutBatch, EnvError> {
+        self.collect_inner(num_groups, Some((filter, max_rejected)))
+            .await
+    }
+
+    async fn collect_inner(
+        &mut self,
+        num_groups: usize,
+        filter: Option<(&dyn GroupFilter, u64)>,
+    ) -> Result<RolloutBatch, EnvError> {
         let mut stats = RolloutStats::default();
         if num_groups == 0 {
             return Ok(RolloutBatch {
@@ -244,7 +272,9 @@ impl EnvManager {
             self.book.start_group();
             stats.prompts_started += 1;
         }
-        while self.book.ready_len() < num_groups {
+        let mut kept: Vec<Group> = Vec::with_capacity(num_groups);
+        let mut last_filter_error = None;
+        while kept.len() < num_groups {
             self.dispatch()?;
             if self.consecutive_failures >= limit {
                 self.book.abort_all();
@@ -262,11 +292,41 @@ impl EnvManager {
                 self.on_event(event, &mut stats)?;
             }
             self.check_threads(&mut stats)?;
+            for group in self.book.take_ready() {
+                let Some((f, allowed)) = filter else {
+                    kept.push(group);
+                    continue;
+                };
+                let keep = f.keep(&group).unwrap_or_else(|e| {
+                    last_filter_error = Some(e.to_string());
+                    false
+                });
+                if keep {
+                    kept.push(group);
+                    continue;
+                }
+                stats.groups_filtered += 1;
+                if stats.groups_filtered > allowed {
+                    self.book.abort_all();
+                    self.book.take_ready();
+                    return Err(EnvError::TooManyFiltered {
+                        kind: self.factory.kind().to_string(),
+                        rejected: stats.groups_filtered,
+                        allowed,
+                        wanted: num_groups,
+                        last_error: last_filter_error,
+                    });
+                }
+                self.book.start_group();
+                stats.prompts_started += 1;
+            }
         }
-        let mut groups = self.book.take_ready();
-        groups.sort_by_key(Group::id);
-        stats.record_staleness(&groups, self.policy.weight_version());
-        Ok(RolloutBatch { groups, stats })
+        kept.sort_by_key(Group::id);
+        stats.record_staleness(&kept, self.policy.weight_version());
+        Ok(RolloutBatch {
+            groups: kept,
+            stats,
+        })
     }
 
     fn on_event(&mut self, event: Event, stats: &mut RolloutStats) -> Result<(), EnvError> {

@@ -5,8 +5,8 @@ use crate::EnvError;
 use crate::action::extract_action;
 use crate::prompt::TurnPrompt;
 use crate::rng::Rng;
-use roll_core::env::Info;
-use roll_core::{Env, EnvStatus, Observation, StepResult};
+use crate::wrappers::{EnvExt, Episodic};
+use roll_core::{Env, Observation, StepResult};
 use std::sync::Arc;
 
 const INSTRUCTIONS: &str = "You are shopping in a web store. Find and buy the product that \
@@ -29,9 +29,16 @@ enum Command {
     Click(String),
 }
 
-/// The Shop environment (registered as `shop`).
+/// The Shop environment (registered as `shop`): the store's rules in [`Episodic`] wrappers for
+/// `max_steps` and `format_penalty`.
 #[derive(Debug, Clone)]
 pub struct Shop {
+    env: Episodic<Store>,
+}
+
+/// The rules of the store, without the episode rules the wrappers add.
+#[derive(Debug, Clone)]
+struct Store {
     config: ShopConfig,
     catalog: Option<Arc<Catalog>>,
     goal: Option<Goal>,
@@ -39,8 +46,8 @@ pub struct Shop {
     query: String,
     hits: Vec<usize>,
     chosen: Vec<(&'static str, &'static str)>,
+    /// Steps since the reset, for the prompt's turn index and actions left.
     steps: u32,
-    running: bool,
 }
 
 impl Shop {
@@ -50,7 +57,8 @@ impl Shop {
     /// [`EnvError::InvalidOption`] if an option is out of range.
     pub fn new(config: ShopConfig) -> Result<Self, EnvError> {
         config.validate()?;
-        Ok(Self {
+        let (max_steps, penalty) = (config.max_steps, config.format_penalty);
+        let store = Store {
             config,
             catalog: None,
             goal: None,
@@ -59,23 +67,41 @@ impl Shop {
             hits: Vec::new(),
             chosen: Vec::new(),
             steps: 0,
-            running: false,
+        };
+        Ok(Self {
+            env: store.episodic("shop", max_steps, penalty)?,
         })
     }
 
     /// The catalogue of the current episode.
     pub fn catalog(&self) -> Option<&Catalog> {
-        self.catalog.as_deref()
+        self.env.base().catalog.as_deref()
     }
 
     /// The goal of the current episode.
     pub fn goal(&self) -> Option<&Goal> {
-        self.goal.as_ref()
+        self.env.base().goal.as_ref()
     }
 
     /// An expert's actions from the search page: search for the goal, page to its product, pick
     /// the wanted options and buy — full reward when played from a fresh reset.
     pub fn expert_actions(&self) -> Vec<String> {
+        self.env.base().expert_actions()
+    }
+}
+
+impl Env for Shop {
+    fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
+        self.env.reset(seed)
+    }
+
+    fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
+        self.env.step(action)
+    }
+}
+
+impl Store {
+    fn expert_actions(&self) -> Vec<String> {
         let (Some(catalog), Some(goal)) = (self.catalog.as_deref(), self.goal.as_ref()) else {
             return Vec::new();
         };
@@ -316,7 +342,7 @@ fn normalise(s: &str) -> String {
     s.to_lowercase().replace(['<', '>'], "").trim().to_string()
 }
 
-impl Env for Shop {
+impl Env for Store {
     fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
         let catalog = match (self.config.catalog_seed, &self.catalog) {
             (Some(_), Some(c)) => c.clone(),
@@ -335,7 +361,6 @@ impl Env for Shop {
         self.hits.clear();
         self.chosen.clear();
         self.steps = 0;
-        self.running = true;
         let mut obs = Observation::new(self.prompt(&catalog, &goal, true, None));
         obs.info
             .insert("env_instruction".into(), INSTRUCTIONS.into());
@@ -345,65 +370,48 @@ impl Env for Shop {
         Ok(obs)
     }
 
+    /// An unparseable action, or one the page does not offer, is a no-op with reward 0, marked
+    /// invalid.
     fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
         let (Some(catalog), Some(goal)) = (self.catalog.clone(), self.goal.clone()) else {
-            return Err(EnvError::NotRunning("shop").into());
+            // Only reachable before the first reset if used unguarded.
+            return Err(EnvError::NotReset { env: "shop".into() }.into());
         };
-        if !self.running {
-            return Err(EnvError::NotRunning("shop").into());
-        }
         self.steps += 1;
-        let mut info = Info::new();
         let outcome = parse(action)
             .ok_or(())
             .and_then(|c| self.apply(&catalog, &goal, c));
-        let (reward, status, feedback) = match outcome {
+        let step = match outcome {
             Err(()) => {
-                info.insert("action_is_valid".into(), false.into());
                 let feedback = format!(
                     "At turn {}, your action was not valid on this page.",
                     self.steps
                 );
-                (self.config.format_penalty, EnvStatus::Running, feedback)
+                StepResult::running(self.prompt(&catalog, &goal, false, Some(&feedback)), 0.0)
+                    .with_action_valid(false)
+                    .with_info("success", false)
             }
             Ok(Some(reward)) => {
-                info.insert("action_is_valid".into(), true.into());
-                info.insert("success".into(), (reward >= 0.999).into());
-                (
-                    reward,
-                    EnvStatus::Terminated,
-                    format!("You bought it. Reward: {reward:.2}."),
-                )
+                let feedback = format!("You bought it. Reward: {reward:.2}.");
+                StepResult::terminated(self.prompt(&catalog, &goal, false, Some(&feedback)), reward)
+                    .with_action_valid(true)
+                    .with_info("success", reward >= 0.999)
             }
             Ok(None) => {
-                info.insert("action_is_valid".into(), true.into());
-                (
-                    0.0,
-                    EnvStatus::Running,
-                    format!("At turn {}, done.", self.steps),
-                )
+                let feedback = format!("At turn {}, done.", self.steps);
+                StepResult::running(self.prompt(&catalog, &goal, false, Some(&feedback)), 0.0)
+                    .with_action_valid(true)
+                    .with_info("success", false)
             }
         };
-        let status = if status == EnvStatus::Running && self.steps >= self.config.max_steps {
-            EnvStatus::Truncated
-        } else {
-            status
-        };
-        info.entry("success".into()).or_insert(false.into());
-        info.insert("action".into(), extract_action(action).into());
-        self.running = status == EnvStatus::Running;
-        Ok(StepResult {
-            observation: self.prompt(&catalog, &goal, false, Some(&feedback)),
-            reward,
-            status,
-            info,
-        })
+        Ok(step.with_info("action", extract_action(action)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roll_core::EnvStatus;
 
     #[test]
     fn the_expert_buys_the_right_thing_and_navigation_works() {

@@ -6,8 +6,8 @@ use crate::EnvError;
 use crate::action::{extract_action, parse_choice};
 use crate::grid::Direction;
 use crate::prompt::TurnPrompt;
-use roll_core::env::Info;
-use roll_core::{Env, EnvStatus, Observation, StepResult};
+use crate::wrappers::{EnvExt, Episodic};
+use roll_core::{Env, Observation, StepResult};
 
 const ACTIONS: [(&str, Direction); 4] = [
     ("up", Direction::Up),
@@ -22,14 +22,21 @@ const BOX_ON_TARGET: f32 = 1.0;
 const BOX_OFF_TARGET: f32 = -1.0;
 const SOLVED: f32 = 10.0;
 
-/// The Sokoban environment (kinds `sokoban`, `larger_sokoban`, `sokoban_vocab`).
+/// The Sokoban environment (kinds `sokoban`, `larger_sokoban`, `sokoban_vocab`): the puzzle's
+/// rules in [`Episodic`] wrappers for `max_steps` and `format_penalty`.
 #[derive(Debug, Clone)]
 pub struct Sokoban {
+    env: Episodic<Puzzle>,
+}
+
+/// The rules of the puzzle, without the episode rules the wrappers add.
+#[derive(Debug, Clone)]
+struct Puzzle {
     config: SokobanConfig,
     instructions: String,
     level: Option<Level>,
+    /// Steps since the reset, for the prompt's turn index and actions left.
     steps: u32,
-    running: bool,
 }
 
 impl Sokoban {
@@ -53,28 +60,47 @@ impl Sokoban {
              Your available actions are:\nUp, Down, Left, Right",
             legend.join(", ")
         );
-        Ok(Self {
+        let (max_steps, penalty) = (config.max_steps, config.format_penalty);
+        let puzzle = Puzzle {
             config,
             instructions,
             level: None,
             steps: 0,
-            running: false,
+        };
+        Ok(Self {
+            env: puzzle.episodic("sokoban", max_steps, penalty)?,
         })
     }
 
     /// The current level (`None` before the first reset).
     pub fn level(&self) -> Option<&Level> {
-        self.level.as_ref()
+        self.env.base().level.as_ref()
     }
 
     /// A shortest solution from the current state, searching at most `max_states` states
     /// (`None` if there is none within that budget, or before the first reset).
     pub fn solve(&self, max_states: usize) -> Option<Vec<Direction>> {
-        solver::solve(self.level.as_ref()?, max_states)
+        solver::solve(self.level()?, max_states)
     }
 
     /// The grid as text with the configured symbols (empty before the first reset).
     pub fn render(&self) -> String {
+        self.env.base().render()
+    }
+}
+
+impl Env for Sokoban {
+    fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
+        self.env.reset(seed)
+    }
+
+    fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
+        self.env.step(action)
+    }
+}
+
+impl Puzzle {
+    fn render(&self) -> String {
         self.level
             .as_ref()
             .map(|l| l.render(&self.config.symbols))
@@ -94,35 +120,36 @@ impl Sokoban {
     }
 }
 
-impl Env for Sokoban {
+impl Env for Puzzle {
     fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
         self.level = Some(generate::generate(&self.config, seed)?);
         self.steps = 0;
-        self.running = true;
         let mut obs = Observation::new(self.prompt(true, None));
         obs.info
             .insert("env_instruction".into(), self.instructions.clone().into());
         Ok(obs)
     }
 
+    /// An unparseable action is a no-op step (−0.1, as any step), marked invalid.
     fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
-        let level = match self.level.as_mut() {
-            Some(level) if self.running => level,
-            _ => return Err(EnvError::NotRunning("sokoban").into()),
+        // Only reachable before the first reset if used unguarded.
+        let Some(level) = self.level.as_mut() else {
+            return Err(EnvError::NotReset {
+                env: "sokoban".into(),
+            }
+            .into());
         };
         self.steps += 1;
-        let mut info = Info::new();
         let mut reward = STEP_REWARD;
-        let feedback = match parse_choice(action, &ACTIONS) {
-            None => {
-                reward += self.config.format_penalty;
-                info.insert("action_is_valid".into(), false.into());
-                info.insert("action_is_effective".into(), false.into());
+        let (valid, effective, feedback) = match parse_choice(action, &ACTIONS) {
+            None => (
+                false,
+                false,
                 format!(
                     "At turn {}, you did not provide a valid action.",
                     self.steps
-                )
-            }
+                ),
+            ),
             Some(dir) => {
                 let outcome = level.apply(dir);
                 if let MoveOutcome::Pushed {
@@ -138,43 +165,39 @@ impl Env for Sokoban {
                     }
                 }
                 let effective = outcome != MoveOutcome::Blocked;
-                info.insert("action_is_valid".into(), true.into());
-                info.insert("action_is_effective".into(), effective.into());
                 let what = if effective {
                     "which is effective"
                 } else {
                     "which is not effective"
                 };
-                format!("At turn {}, you moved {dir}, {what}.", self.steps)
+                (
+                    true,
+                    effective,
+                    format!("At turn {}, you moved {dir}, {what}.", self.steps),
+                )
             }
         };
         let solved = level.is_solved();
-        info.insert("boxes_on_target".into(), level.boxes_on_target().into());
-        if solved {
-            reward += SOLVED;
-        }
-        let status = if solved {
-            EnvStatus::Terminated
-        } else if self.steps >= self.config.max_steps {
-            EnvStatus::Truncated
+        let boxes_on_target = level.boxes_on_target();
+        let observation = self.prompt(false, Some(&feedback));
+        let step = if solved {
+            StepResult::terminated(observation, reward + SOLVED)
         } else {
-            EnvStatus::Running
+            StepResult::running(observation, reward)
         };
-        self.running = status == EnvStatus::Running;
-        info.insert("success".into(), solved.into());
-        info.insert("action".into(), extract_action(action).into());
-        Ok(StepResult {
-            observation: self.prompt(false, Some(&feedback)),
-            reward,
-            status,
-            info,
-        })
+        Ok(step
+            .with_action_valid(valid)
+            .with_info("action_is_effective", effective)
+            .with_info("boxes_on_target", boxes_on_target)
+            .with_info("success", solved)
+            .with_info("action", extract_action(action)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roll_core::EnvStatus;
 
     #[test]
     fn the_solver_path_earns_the_solve_bonus() {

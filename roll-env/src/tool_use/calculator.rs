@@ -1,21 +1,29 @@
 //! The calculator tool: exact-enough arithmetic on `f64` with `+ - * / ^`, parentheses and unary
-//! minus (`×`, `÷` and `**` accepted too).
+//! minus (`×`, `÷` and `**` accepted too, and `,` as a thousands separator).
+//!
+//! Parsing and evaluation are roll-reward's [`Expr`]; this module is the calculator's rules on
+//! top of it. `Expr` reads far more (variables, functions, LaTeX, implicit multiplication), so
+//! the calculator first allows only digits, `.`, the operators, parentheses and whitespace, then
+//! refuses an implicit product (`2(3)`, `1 2`: more products in the tree than `*` in the text),
+//! a division by zero anywhere in the expression, and a result that is not finite.
+
+use roll_reward::math::Expr;
 
 /// Longest expression accepted, in bytes.
 const MAX_LEN: usize = 256;
-/// Deepest nesting accepted (keeps recursion bounded whatever the model writes).
-const MAX_DEPTH: usize = 32;
 
 /// Evaluates `expr`.
 ///
 /// # Errors
-/// A message for the agent: a syntax error, division by zero, a non-finite result, or an
-/// expression too long or too deeply nested.
+/// A message for the agent: a character the calculator does not know, a syntax error (from
+/// [`Expr::parse`]), a missing operator, division by zero, a non-finite result, or an
+/// expression too long.
 ///
 /// ```
 /// use roll_env::tool_use::calculator::evaluate;
 /// assert_eq!(evaluate("2 + 3 * (4 - 1) ^ 2"), Ok(29.0));
 /// assert!(evaluate("1 / 0").is_err());
+/// assert!(evaluate("2x").is_err());
 /// ```
 pub fn evaluate(expr: &str) -> Result<f64, String> {
     if expr.len() > MAX_LEN {
@@ -26,16 +34,23 @@ pub fn evaluate(expr: &str) -> Result<f64, String> {
         .replace('÷', "/")
         .replace("**", "^")
         .replace(',', "");
-    let mut p = Parser {
-        s: normalised.as_bytes(),
-        i: 0,
-        depth: 0,
-    };
-    let v = p.expr()?;
-    p.skip_ws();
-    if p.i < p.s.len() {
-        return Err(format!("unexpected `{}`", char::from(p.s[p.i])));
+    if let Some(c) = normalised
+        .chars()
+        .find(|c| !(c.is_ascii_digit() || c.is_whitespace() || "+-*/^().".contains(*c)))
+    {
+        return Err(format!(
+            "unexpected `{c}`: the calculator knows numbers, + - * / ^ and parentheses"
+        ));
     }
+    let parsed = Expr::parse(&normalised)?;
+    let written = normalised.matches('*').count();
+    if products(&parsed) > written {
+        return Err("missing operator between two numbers or parentheses".into());
+    }
+    if divides_by_zero(&parsed) {
+        return Err("division by zero".into());
+    }
+    let v = parsed.eval(&[]);
     if v.is_finite() {
         Ok(v)
     } else {
@@ -43,116 +58,28 @@ pub fn evaluate(expr: &str) -> Result<f64, String> {
     }
 }
 
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-    depth: usize,
+/// The number of products in `e` (the only other place `Expr` makes one is implicit
+/// multiplication, which the character check leaves as the only way).
+fn products(e: &Expr) -> usize {
+    match e {
+        Expr::Num(_) | Expr::Var(_) => 0,
+        Expr::Mul(a, b) => 1 + products(a) + products(b),
+        Expr::Neg(a) | Expr::Call(_, a) | Expr::Factorial(a) => products(a),
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) | Expr::Log(a, b) => {
+            products(a) + products(b)
+        }
+    }
 }
 
-impl Parser<'_> {
-    fn skip_ws(&mut self) {
-        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
-            self.i += 1;
+/// Whether some division in `e` has a divisor that evaluates to exactly zero.
+fn divides_by_zero(e: &Expr) -> bool {
+    match e {
+        Expr::Num(_) | Expr::Var(_) => false,
+        Expr::Div(a, b) => b.eval(&[]) == 0.0 || divides_by_zero(a) || divides_by_zero(b),
+        Expr::Neg(a) | Expr::Call(_, a) | Expr::Factorial(a) => divides_by_zero(a),
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Pow(a, b) | Expr::Log(a, b) => {
+            divides_by_zero(a) || divides_by_zero(b)
         }
-    }
-
-    fn eat(&mut self, c: u8) -> bool {
-        self.skip_ws();
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn expr(&mut self) -> Result<f64, String> {
-        let mut v = self.term()?;
-        loop {
-            if self.eat(b'+') {
-                v += self.term()?;
-            } else if self.eat(b'-') {
-                v -= self.term()?;
-            } else {
-                return Ok(v);
-            }
-        }
-    }
-
-    fn term(&mut self) -> Result<f64, String> {
-        let mut v = self.unary()?;
-        loop {
-            if self.eat(b'*') {
-                v *= self.unary()?;
-            } else if self.eat(b'/') {
-                let d = self.unary()?;
-                if d == 0.0 {
-                    return Err("division by zero".into());
-                }
-                v /= d;
-            } else {
-                return Ok(v);
-            }
-        }
-    }
-
-    /// Unary signs bind looser than `^`: `-2^2 = -4`, `2^-1 = 0.5`.
-    fn unary(&mut self) -> Result<f64, String> {
-        if self.eat(b'-') {
-            self.nest(|p| p.unary()).map(|v| -v)
-        } else if self.eat(b'+') {
-            self.nest(|p| p.unary())
-        } else {
-            self.power()
-        }
-    }
-
-    /// Right-associative: `2^3^2 = 2^9`.
-    fn power(&mut self) -> Result<f64, String> {
-        let base = self.primary()?;
-        if self.eat(b'^') {
-            self.nest(|p| p.unary()).map(|e| base.powf(e))
-        } else {
-            Ok(base)
-        }
-    }
-
-    fn primary(&mut self) -> Result<f64, String> {
-        if self.eat(b'(') {
-            let v = self.nest(|p| p.expr())?;
-            if !self.eat(b')') {
-                return Err("missing `)`".into());
-            }
-            return Ok(v);
-        }
-        self.skip_ws();
-        let start = self.i;
-        while self
-            .s
-            .get(self.i)
-            .is_some_and(|c| c.is_ascii_digit() || *c == b'.')
-        {
-            self.i += 1;
-        }
-        let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-        if text.is_empty() {
-            return Err(match self.s.get(self.i) {
-                Some(&c) if c.is_ascii() => format!("expected a number at `{}`", char::from(c)),
-                Some(_) => "unexpected character".into(),
-                None => "unexpected end of expression".into(),
-            });
-        }
-        text.parse().map_err(|_| format!("bad number `{text}`"))
-    }
-
-    fn nest(&mut self, f: impl FnOnce(&mut Self) -> Result<f64, String>) -> Result<f64, String> {
-        if self.depth >= MAX_DEPTH {
-            return Err("expression nested too deeply".into());
-        }
-        self.depth += 1;
-        let v = f(self);
-        self.depth -= 1;
-        v
     }
 }
 
@@ -184,6 +111,33 @@ mod tests {
         }
         assert!(evaluate(&"(".repeat(100)).is_err());
         assert!(evaluate(&"-".repeat(100)).is_err());
+    }
+
+    #[test]
+    fn the_calculator_rules_on_top_of_the_shared_parser() {
+        // Expr would read these; the calculator does not.
+        for (bad, says) in [
+            ("2(3)", "missing operator"),
+            ("(1)(2)", "missing operator"),
+            ("1 2", "missing operator"),
+            ("2x", "unexpected `x`"),
+            ("sqrt(4)", "unexpected `s`"),
+            ("pi", "unexpected `p`"),
+            ("5!", "unexpected `!`"),
+            ("50%", "unexpected `%`"),
+            ("[1+2]", "unexpected `[`"),
+            ("1 / (1 / 0)", "division by zero"),
+            ("0 / 0", "division by zero"),
+            ("10 ^ 1000", "not a finite number"),
+        ] {
+            let err = evaluate(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        assert!(evaluate(&"1+".repeat(200)).unwrap_err().contains("longer than"));
+        // Written products count, `**` is a power, not two products.
+        assert_eq!(evaluate("2 * 3 * 4"), Ok(24.0));
+        assert_eq!(evaluate("2 ** 3 * 2"), Ok(16.0));
+        assert_eq!(evaluate(".5 + 5."), Ok(5.5));
     }
 
     proptest! {

@@ -6,27 +6,34 @@ use crate::EnvError;
 use crate::action::extract_action;
 use crate::prompt::TurnPrompt;
 use crate::rng::Rng;
-use roll_core::env::Info;
-use roll_core::{Env, EnvStatus, Observation, StepResult};
+use crate::wrappers::{EnvExt, Episodic};
+use roll_core::{Env, Observation, StepResult};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 const ANSWER_FORMAT: &str = "Call one tool, or give the final answer as <answer>NUMBER</answer>.";
 
-/// The tool-use environment (registered as `tool_use`).
-#[derive(Clone)]
+/// The tool-use environment (registered as `tool_use`): the task's rules in [`Episodic`]
+/// wrappers for `max_steps` and `format_penalty`.
+#[derive(Debug, Clone)]
 pub struct ToolUse {
+    env: Episodic<Tools>,
+}
+
+/// The rules of the task, without the episode rules the wrappers add.
+#[derive(Clone)]
+struct Tools {
     config: ToolUseConfig,
     sandbox: Option<Arc<dyn CodeSandbox>>,
     task: Option<MathTask>,
+    /// Steps since the reset, for the prompt's turn index and actions left.
     steps: u32,
-    running: bool,
 }
 
-impl fmt::Debug for ToolUse {
+impl fmt::Debug for Tools {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolUse")
+        f.debug_struct("Tools")
             .field("config", &self.config)
             .field("sandbox", &self.sandbox.is_some())
             .field("task", &self.task)
@@ -42,27 +49,42 @@ impl ToolUse {
     /// [`EnvError::InvalidOption`] if an option is out of range.
     pub fn new(config: ToolUseConfig) -> Result<Self, EnvError> {
         config.validate()?;
-        Ok(Self {
+        let (max_steps, penalty) = (config.max_steps, config.format_penalty);
+        let tools = Tools {
             config,
             sandbox: None,
             task: None,
             steps: 0,
-            running: false,
+        };
+        Ok(Self {
+            env: tools.episodic("tool_use", max_steps, penalty)?,
         })
     }
 
     /// Adds the `python[...]` tool, run in `sandbox`.
     #[must_use]
     pub fn with_sandbox(mut self, sandbox: Arc<dyn CodeSandbox>) -> Self {
-        self.sandbox = Some(sandbox);
+        self.env.base_mut().sandbox = Some(sandbox);
         self
     }
 
     /// The current problem.
     pub fn task(&self) -> Option<&MathTask> {
-        self.task.as_ref()
+        self.env.base().task.as_ref()
+    }
+}
+
+impl Env for ToolUse {
+    fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
+        self.env.reset(seed)
     }
 
+    fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
+        self.env.step(action)
+    }
+}
+
+impl Tools {
     fn instructions(&self) -> String {
         let python = if self.sandbox.is_some() {
             "\n- python[code]: runs Python code and shows what it prints."
@@ -126,77 +148,71 @@ fn format_number(v: f64) -> String {
     }
 }
 
-impl Env for ToolUse {
+impl Env for Tools {
     fn reset(&mut self, seed: u64) -> roll_core::Result<Observation> {
         self.task = Some(MathTask::draw(
             self.config.max_operand,
             &mut Rng::new(seed, 0x7001),
         ));
         self.steps = 0;
-        self.running = true;
         let mut obs = Observation::new(self.prompt(true, None));
         obs.info
             .insert("env_instruction".into(), self.instructions().into());
         Ok(obs)
     }
 
+    /// An unparseable action, or a call to a tool that is not attached, is a no-op with reward
+    /// 0, marked invalid.
     fn step(&mut self, action: &str) -> roll_core::Result<StepResult> {
-        let answer = match (&self.task, self.running) {
-            (Some(task), true) => task.answer,
-            _ => return Err(EnvError::NotRunning("tool_use").into()),
+        let Some(answer) = self.task.as_ref().map(|t| t.answer) else {
+            // Only reachable before the first reset if used unguarded.
+            return Err(EnvError::NotReset {
+                env: "tool_use".into(),
+            }
+            .into());
         };
         self.steps += 1;
-        let mut info = Info::new();
-        let penalty = self.config.format_penalty;
-        let (reward, mut status, feedback, valid) = match call::parse(action) {
+        let (step, feedback) = match call::parse(action) {
             Some(Call::Answer(given)) => {
                 let correct = (given - answer as f64).abs() < 1e-6;
-                info.insert("success".into(), correct.into());
                 let verdict = if correct { "correct" } else { "wrong" };
                 let reward = if correct { 1.0 } else { 0.0 };
                 (
-                    reward,
-                    EnvStatus::Terminated,
+                    StepResult::terminated(String::new(), reward)
+                        .with_action_valid(true)
+                        .with_info("success", correct),
                     format!("Your answer is {verdict}."),
-                    true,
                 )
             }
             Some(tool) => match self.run_tool(&tool)? {
-                Some(output) => (0.0, EnvStatus::Running, output, true),
+                Some(output) => (
+                    StepResult::running(String::new(), 0.0).with_action_valid(true),
+                    output,
+                ),
                 None => (
-                    penalty,
-                    EnvStatus::Running,
+                    StepResult::running(String::new(), 0.0).with_action_valid(false),
                     "That tool is not available.".into(),
-                    false,
                 ),
             },
-            None => {
-                let feedback = format!(
+            None => (
+                StepResult::running(String::new(), 0.0).with_action_valid(false),
+                format!(
                     "At turn {}, you did not provide a valid tool call or answer.",
                     self.steps
-                );
-                (penalty, EnvStatus::Running, feedback, false)
-            }
+                ),
+            ),
         };
-        info.insert("action_is_valid".into(), valid.into());
-        info.entry("success".into()).or_insert(false.into());
-        info.insert("action".into(), extract_action(action).into());
-        if status == EnvStatus::Running && self.steps >= self.config.max_steps {
-            status = EnvStatus::Truncated;
-        }
-        self.running = status == EnvStatus::Running;
-        Ok(StepResult {
-            observation: self.prompt(false, Some(&feedback)),
-            reward,
-            status,
-            info,
-        })
+        let mut step = step.with_info("action", extract_action(action));
+        step.info.entry("success".into()).or_insert(false.into());
+        step.observation = self.prompt(false, Some(&feedback));
+        Ok(step)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roll_core::EnvStatus;
     use crate::tool_use::SandboxOutput;
 
     #[test]

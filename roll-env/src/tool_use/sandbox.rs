@@ -1,4 +1,5 @@
-//! The code-sandbox tool, as a trait so that roll-env does not depend on roll-reward.
+//! The code-sandbox tool, as a trait so that any sandbox plugs in: roll-reward's, a remote one, a
+//! closure in tests.
 
 use roll_core::BoxError;
 use std::time::Duration;
