@@ -13,6 +13,7 @@ use roll_backend_burn::train::{
 };
 use roll_backend_burn::{
     BackendError, CausalLm, Device, HfConfig, PaddingSide, ScoringOptions, TokenBatch, load_model,
+    score,
 };
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
@@ -154,9 +155,15 @@ fn max_diff(a: &BTreeMap<String, Vec<f32>>, b: &BTreeMap<String, Vec<f32>>) -> (
 
 fn mean_trained_logprob(trainer: &Trainer, batch: &TrainBatch) -> f64 {
     let request = score_request(batch.sequences());
-    let scores = trainer
-        .policy_scores(&request, &ScoringOptions::default())
-        .unwrap();
+    let model = trainer.inference_model().unwrap();
+    let scores = score(
+        &model,
+        None,
+        &request,
+        &ScoringOptions::default(),
+        &Device::flex(),
+    )
+    .unwrap();
     let (mut sum, mut n) = (0.0, 0.0);
     for (s, sc) in batch.sequences().iter().zip(scores) {
         for (l, m) in sc.logprobs.iter().zip(&s.loss_mask) {

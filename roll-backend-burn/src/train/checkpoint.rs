@@ -44,7 +44,7 @@ const LATEST_TMP_PREFIX: &str = ".LATEST-";
 /// Which trainer wrote a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Role {
+pub(crate) enum TrainedRole {
     /// [`super::Trainer`].
     Actor,
     /// [`super::CriticTrainer`].
@@ -56,7 +56,7 @@ pub(crate) enum Role {
 #[serde(deny_unknown_fields)]
 pub(crate) struct CheckpointMeta {
     pub format_version: u32,
-    pub role: Role,
+    pub role: TrainedRole,
     pub step: u64,
     pub weight_version: u64,
     pub rng: TrainerRng,
@@ -66,7 +66,7 @@ pub(crate) struct CheckpointMeta {
 
 impl CheckpointMeta {
     pub(crate) fn new(
-        role: Role,
+        role: TrainedRole,
         step: u64,
         weight_version: u64,
         rng: TrainerRng,
@@ -211,7 +211,7 @@ fn remove_stale(dir: &Path, keep: &str) {
 }
 
 /// Reads the current checkpoint of `dir`, which must have been written by a trainer of `role`.
-pub(crate) fn load(dir: &Path, role: Role) -> Result<Loaded> {
+pub(crate) fn load(dir: &Path, role: TrainedRole) -> Result<Loaded> {
     let latest = dir.join(LATEST);
     let name = fs::read_to_string(&latest).map_err(|e| {
         err(

@@ -1,7 +1,7 @@
 //! [`CriticTrainer`]: the PPO value function, a decoder trunk with a [`ValueHead`], trained on
 //! roll-algos' critic loss.
 
-use super::checkpoint::{self, CheckpointMeta, Role};
+use super::checkpoint::{self, CheckpointMeta, TrainedRole};
 use super::config::TrainerConfig;
 use super::core::{
     BatchGradients, Chunk, Core, MetricSums, TrainStepReport, materialize_params, plan,
@@ -257,7 +257,7 @@ impl CriticTrainer {
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
         let model = self.core.module()?;
         let meta = CheckpointMeta::new(
-            Role::Critic,
+            TrainedRole::Critic,
             self.core.step,
             weight_version,
             self.core.rng,
@@ -273,7 +273,7 @@ impl CriticTrainer {
     /// [`BackendError::Checkpoint`] if `dir` holds no complete critic checkpoint or a file does
     /// not match the model.
     pub fn load_checkpoint(dir: impl AsRef<Path>, device: &Device) -> Result<(Self, u64)> {
-        let loaded = checkpoint::load(dir.as_ref(), Role::Critic)?;
+        let loaded = checkpoint::load(dir.as_ref(), TrainedRole::Critic)?;
         let plain = device.clone().inner();
         let trunk = CausalLm::init(&loaded.meta.model_config, &plain)?;
         let head = ValueHead::init(trunk.hidden_size(), &plain);

@@ -1,6 +1,6 @@
 //! [`Trainer`]: the actor's optimisation step on a [`TrainBatch`] under a roll-algos objective.
 
-use super::checkpoint::{self, CheckpointMeta, Role};
+use super::checkpoint::{self, CheckpointMeta, TrainedRole};
 use super::config::TrainerConfig;
 use super::core::{
     BatchGradients, Chunk, Core, MetricSums, TrainStepReport, materialize_params, plan,
@@ -191,24 +191,6 @@ impl Trainer {
         score(base, None, request, options, &self.core.device)
     }
 
-    /// Scores `request` under the current policy (adapters merged) on the plain device.
-    ///
-    /// # Errors
-    /// As [`score`].
-    pub fn policy_scores(
-        &self,
-        request: &ScoreRequest,
-        options: &ScoringOptions,
-    ) -> Result<Vec<TokenScores>> {
-        score(
-            &self.inference_model()?,
-            None,
-            request,
-            options,
-            &self.core.device,
-        )
-    }
-
     /// One optimisation step: [`Trainer::accumulate_gradients`] then
     /// [`Trainer::apply_gradients`].
     ///
@@ -319,7 +301,7 @@ impl Trainer {
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
         let model = self.core.module()?;
         let meta = CheckpointMeta::new(
-            Role::Actor,
+            TrainedRole::Actor,
             self.core.step,
             weight_version,
             self.core.rng,
@@ -337,7 +319,7 @@ impl Trainer {
     /// [`BackendError::Checkpoint`] if `dir` holds no complete checkpoint, or one of another role
     /// or format, or a file that does not match the model.
     pub fn load_checkpoint(dir: impl AsRef<Path>, device: &Device) -> Result<(Self, u64)> {
-        let loaded = checkpoint::load(dir.as_ref(), Role::Actor)?;
+        let loaded = checkpoint::load(dir.as_ref(), TrainedRole::Actor)?;
         let plain = device.clone().inner();
         let fresh = CausalLm::init(&loaded.meta.model_config, &plain)?;
         let lora = loaded.meta.config.lora.is_some();
