@@ -88,7 +88,11 @@ fn scheduler_overhead(c: &mut Criterion) {
             prompts,
         )
         .expect("scheduler");
-        b.iter(|| runtime.block_on(scheduler.next_batch()).expect("batch"));
+        b.iter(|| {
+            runtime
+                .block_on(scheduler.next_batch(WeightVersion(0)))
+                .expect("batch")
+        });
     });
     group.finish();
 }

@@ -61,7 +61,8 @@ async fn main() -> anyhow::Result<()> {
             ..Default::default()
         };
         let tokenizer = Arc::new(ByteTokenizer);
-        let scheduler = RlvrScheduler::new(config, generator, tokenizer, Arc::new(sevens), prompts)?;
+        let scheduler =
+            RlvrScheduler::new(config, generator, tokenizer, Arc::new(sevens), prompts)?;
         Ok(Box::new(scheduler.with_filter(filter)))
     };
 

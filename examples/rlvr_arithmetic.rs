@@ -48,7 +48,10 @@ fn prompts() -> impl Iterator<Item = Prompt> + Send {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/configs/rlvr_arithmetic.toml");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/configs/rlvr_arithmetic.toml"
+    );
     let args = ["--config".to_string(), file.to_string()]
         .into_iter()
         .chain(std::env::args().skip(1));

@@ -42,14 +42,16 @@ pub mod prelude {
     };
     pub use roll_core::config::Config;
     pub use roll_core::pipeline::{RlvrPipeline, RlvrPipelineConfig, StepReport};
-    pub use roll_core::scheduler::{GroupFilter, RlvrScheduler, RlvrSchedulerConfig, RolloutBatch, Scheduler};
+    pub use roll_core::scheduler::{
+        GroupFilter, RlvrScheduler, RlvrSchedulerConfig, RolloutBatch, Scheduler,
+    };
     pub use roll_core::strategy::{DeviceSpec, SingleDevice};
     pub use roll_core::tokenizer::{ChatMessage, Role};
     pub use roll_core::{
-        Critic, Env, EnvStatus, Error, Generate, Generation, GenerationRequest, Group,
-        Observation, Policy, Prompt, PromptId, Result, Reward, RewardWorker, Sample,
-        SamplingParams, Score, ScoreKernels, StepResult, Strategy, Tokenizer, Train, TrainBatch,
-        Trajectory, WeightVersion,
+        Critic, Env, EnvStatus, Error, Generate, Generation, GenerationRequest, Group, Observation,
+        Policy, Prompt, PromptId, Result, Reward, RewardWorker, Sample, SamplingParams, Score,
+        ScoreKernels, StepResult, Strategy, Tokenizer, Train, TrainBatch, Trajectory,
+        WeightVersion,
     };
     pub use roll_env::{AgenticScheduler, EnvManager, EnvManagerConfig, EnvRegistry};
     pub use roll_reward::router::{RewardRegistry, RewardRouter};

@@ -67,7 +67,12 @@ fn walk(file: &str, extra: &[&str]) {
         let changed = perturbed(value);
         let loaded: Result<Config, _> = ConfigLoader::new()
             .file(&path)
-            .overrides(extra.iter().map(|s| s.to_string()).chain([format!("{key}={changed}")]))
+            .overrides(
+                extra
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([format!("{key}={changed}")]),
+            )
             .load();
         let Ok(config) = loaded else { continue };
         match RunPlan::from_config(&config) {
@@ -76,7 +81,10 @@ fn walk(file: &str, extra: &[&str]) {
             Ok(_) => unread.push(format!("{key} = {value} -> {changed}")),
         }
     }
-    assert!(unread.is_empty(), "{file}: keys that change nothing: {unread:#?}");
+    assert!(
+        unread.is_empty(),
+        "{file}: keys that change nothing: {unread:#?}"
+    );
 }
 
 #[test]
@@ -101,9 +109,15 @@ fn combinations_that_cannot_run_are_refused_at_load_naming_the_key() {
             .to_string()
     };
     let err = load(&["algorithm.advantage.kind=gigpo"]);
-    assert!(err.contains("algorithm.advantage.kind") && err.contains("agentic"), "{err}");
+    assert!(
+        err.contains("algorithm.advantage.kind") && err.contains("agentic"),
+        "{err}"
+    );
     let err = load(&["algorithm.advantage.kind=gae"]);
-    assert!(err.contains("algorithm.advantage.kind") && err.contains("critic"), "{err}");
+    assert!(
+        err.contains("algorithm.advantage.kind") && err.contains("critic"),
+        "{err}"
+    );
     let err = load(&["algorithm.objective.train_infer_correction.is_weight.upper_bound=1.5"]);
     assert!(
         err.contains("algorithm.objective.train_infer_correction")
@@ -117,5 +131,8 @@ fn combinations_that_cannot_run_are_refused_at_load_naming_the_key() {
         .load()
         .expect_err("an rlvr key in an agentic run")
         .to_string();
-    assert!(err.contains("rollout.group_size") && err.contains("agentic.group_size"), "{err}");
+    assert!(
+        err.contains("rollout.group_size") && err.contains("agentic.group_size"),
+        "{err}"
+    );
 }

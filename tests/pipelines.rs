@@ -5,7 +5,10 @@ use roll::core::config::ConfigLoader;
 use roll::prelude::*;
 use std::path::PathBuf;
 
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/tiny-qwen2-sft");
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/tiny-qwen2-sft"
+);
 
 fn out_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("roll-pipelines-{name}-{}", std::process::id()));
@@ -47,7 +50,9 @@ fn rlvr_toml(out: &std::path::Path) -> String {
 fn first_digit(s: &Sample) -> f32 {
     let truth = s.prompt.ground_truth.as_deref().unwrap_or_default();
     let answer = s.text.trim_start();
-    f32::from(u8::from(!truth.is_empty() && answer.starts_with(&truth[..1])))
+    f32::from(u8::from(
+        !truth.is_empty() && answer.starts_with(&truth[..1]),
+    ))
 }
 
 fn sums() -> impl Iterator<Item = Prompt> + Send {
@@ -79,7 +84,8 @@ async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() 
     }
     let lines = std::fs::read_to_string(out.join("metrics.jsonl")).expect("metrics");
     assert_eq!(lines.lines().count(), 2);
-    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap_or("")).expect("json");
+    let first: serde_json::Value =
+        serde_json::from_str(lines.lines().next().unwrap_or("")).expect("json");
     assert_eq!(first["step"], 0);
     let resolved = Config::from_file(out.join("config.toml")).expect("the resolved config loads");
     assert_eq!(resolved, config);
@@ -110,7 +116,10 @@ async fn recomputed_old_logprobs_and_the_train_inference_correction_run() {
     assert_eq!(run.actor().weight_version(), WeightVersion(1));
     // The correction saw rollout log-probs next to recomputed ones: on the CPU they agree.
     let diff = report.metrics["actor/train_infer/max_abs_diff"];
-    assert!(diff.is_finite() && diff < 1e-3, "max |train − infer| {diff}");
+    assert!(
+        diff.is_finite() && diff < 1e-3,
+        "max |train − infer| {diff}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -143,7 +152,9 @@ struct Guess {
 impl Env for Guess {
     fn reset(&mut self, seed: u64) -> roll::core::Result<Observation> {
         self.target = seed % 10;
-        Ok(Observation::new("Guess a digit from 0 to 9. Answer with the digit only."))
+        Ok(Observation::new(
+            "Guess a digit from 0 to 9. Answer with the digit only.",
+        ))
     }
     fn step(&mut self, action: &str) -> roll::core::Result<StepResult> {
         Ok(match action.trim().parse::<u64>() {

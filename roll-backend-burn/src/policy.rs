@@ -158,7 +158,10 @@ impl Scoring {
         Ok(snapshot)
     }
 
-    async fn score(self: &Arc<Self>, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
+    async fn score(
+        self: &Arc<Self>,
+        request: &ScoreRequest,
+    ) -> roll_core::Result<Vec<TokenScores>> {
         let snapshot = self.current()?;
         let this = self.clone();
         let request = request.clone();
@@ -238,7 +241,11 @@ impl BurnPolicy {
         Self::build(trainer, tokenizer, options)
     }
 
-    fn build(trainer: Trainer, tokenizer: Arc<dyn Tokenizer>, options: PolicyOptions) -> Result<Self> {
+    fn build(
+        trainer: Trainer,
+        tokenizer: Arc<dyn Tokenizer>,
+        options: PolicyOptions,
+    ) -> Result<Self> {
         let (model, device, kind) = placed(trainer.inference_model()?, &options)?;
         let engine = Engine::with_decoder(
             kind,
@@ -432,7 +439,13 @@ impl BurnCritic {
         let trainer = CriticTrainer::new(trunk, head, trainer, &device)?;
         let (trunk, head) = trainer.inference_model()?;
         let (trunk, device, _) = placed(trunk, &options)?;
-        let scoring = Scoring::new(trunk, Some(head), DecoderKind::Burn, device, options.scoring)?;
+        let scoring = Scoring::new(
+            trunk,
+            Some(head),
+            DecoderKind::Burn,
+            device,
+            options.scoring,
+        )?;
         Ok(Self {
             inner: Arc::new(CriticInner {
                 scoring: Arc::new(scoring),

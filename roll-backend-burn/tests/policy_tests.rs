@@ -84,11 +84,7 @@ fn actor(name: &str, trainer: TrainerConfig, options: PolicyOptions) -> BurnPoli
 
 #[test]
 fn an_actor_step_syncs_weights_and_keeps_the_gap_small() {
-    let policy = actor(
-        "tiny-qwen2-sft",
-        trainer_config(),
-        PolicyOptions::default(),
-    );
+    let policy = actor("tiny-qwen2-sft", trainer_config(), PolicyOptions::default());
     rt().block_on(async {
         let prompt = vec![10u32, 11, 12, 13];
         assert_eq!(policy.weight_version(), WeightVersion(0));
@@ -159,11 +155,7 @@ fn ppo_epochs_run_inside_one_step_and_sync_the_weights_once() {
 
 #[test]
 fn the_two_scoring_kernels_agree_and_inference_reproduces_the_sampled_logprobs() {
-    let policy = actor(
-        "tiny-qwen2-sft",
-        trainer_config(),
-        PolicyOptions::default(),
-    );
+    let policy = actor("tiny-qwen2-sft", trainer_config(), PolicyOptions::default());
     rt().block_on(async {
         let prompt = vec![30u32, 31, 32, 33];
         let g = policy

@@ -12,8 +12,8 @@
 
 use crate::tokenizer::{ChatMessage, Role, Tokenizer};
 use crate::{
-    AbortSignal, Env, Error, FinishReason, GenerationRequest, GroupId, Prompt, PromptId,
-    Result, SampleId, SamplingParams, Trajectory,
+    AbortSignal, Env, Error, FinishReason, GenerationRequest, GroupId, Prompt, PromptId, Result,
+    SampleId, SamplingParams, Trajectory,
 };
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

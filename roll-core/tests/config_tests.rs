@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use roll_core::Error;
 use roll_core::config::{
-    ComponentSpec, Config, ConfigLoader, DeviceSpec, LrSchedule, ModelSource, Optimizer,
-    Pipeline, PromptFormat,
+    ComponentSpec, Config, ConfigLoader, DeviceSpec, LrSchedule, ModelSource, Optimizer, Pipeline,
+    PromptFormat,
 };
 
 /// The smallest valid config.
@@ -609,8 +609,13 @@ fn algorithm_section_is_typed_validated_and_named_in_errors() {
     let config = load(&toml, &["algorithm.dynamic_filter.min_std=0.0"]).expect("valid algorithm");
     assert!(!config.algorithm.uses_critic());
     // GAE needs a critic, which a config cannot describe: refused at load, naming the key.
-    let err = load(&toml, &["algorithm.advantage.kind=gae"]).unwrap_err().to_string();
-    assert!(err.contains("algorithm.advantage.kind") && err.contains("critic"), "{err}");
+    let err = load(&toml, &["algorithm.advantage.kind=gae"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("algorithm.advantage.kind") && err.contains("critic"),
+        "{err}"
+    );
     assert_eq!(
         config.algorithm.dynamic_filter.and_then(|f| f.min_std),
         Some(0.0)

@@ -20,7 +20,13 @@ fn trajectory(id: u64, prompt: &Arc<Prompt>, turns: [(u64, f32); 2]) -> Sample {
             s.push_context(&[7, 7, 7]);
         }
         let turn = s
-            .push_turn(&[3, 4], &[-0.5, -0.25], "ab", WeightVersion(0), FinishReason::Stop)
+            .push_turn(
+                &[3, 4],
+                &[-0.5, -0.25],
+                "ab",
+                WeightVersion(0),
+                FinishReason::Stop,
+            )
             .unwrap();
         turn.state_key = Some(state);
         turn.reward = reward;
@@ -55,7 +61,11 @@ fn gigpo_gives_each_turn_its_episode_plus_anchor_state_advantage() {
     for (seq, turns) in batch.sequences().iter().zip(expected) {
         let want = [turns[0], turns[0], 0.0, 0.0, 0.0, turns[1], turns[1]];
         for (got, want) in seq.advantages.iter().zip(want) {
-            assert!((got - want).abs() < 1e-6, "{:?} vs {want:?}", seq.advantages);
+            assert!(
+                (got - want).abs() < 1e-6,
+                "{:?} vs {want:?}",
+                seq.advantages
+            );
         }
         assert_eq!(seq.loss_mask, [true, true, false, false, false, true, true]);
         assert_eq!(seq.rollout_logprobs.len(), 7);
@@ -81,5 +91,8 @@ fn gigpo_without_state_keys_is_a_named_error() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("algorithm.advantage.kind") && err.contains("state"), "{err}");
+    assert!(
+        err.contains("algorithm.advantage.kind") && err.contains("state"),
+        "{err}"
+    );
 }

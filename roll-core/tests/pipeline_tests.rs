@@ -10,8 +10,8 @@ use roll_core::pipeline::RlvrPipeline;
 use roll_core::scheduler::{RlvrScheduler, RlvrSchedulerConfig};
 use roll_core::testing::{ByteTokenizer, ConstantReward, EchoEnv, FailingReward, MockPolicy};
 use roll_core::{
-    AbortSignal, Env, Generate, GroupId, Policy, Prompt, PromptId, RewardWorker, Sample,
-    SampleId, SamplingParams, Scheduler, Tokenizer, WeightVersion,
+    AbortSignal, Env, Generate, GroupId, Policy, Prompt, PromptId, RewardWorker, Sample, SampleId,
+    SamplingParams, Scheduler, Tokenizer, WeightVersion,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,7 +128,11 @@ async fn dynamic_filter_drops_groups_without_signal_and_pulls_new_prompts() {
     )
     .unwrap()
     .with_filter(filter);
-    let err = s.next_batch(WeightVersion(0)).await.unwrap_err().to_string();
+    let err = s
+        .next_batch(WeightVersion(0))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("exhausted with 0 of 2 groups"), "{err}");
 
     // With a reward that varies, groups pass and the filter counts nothing... mostly: a group

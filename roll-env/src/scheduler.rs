@@ -2,10 +2,10 @@
 
 use crate::{EnvError, EnvManager, EnvManagerConfig, EnvRegistry, registry::BUILTIN_KINDS};
 use async_trait::async_trait;
-use roll_core::{Generate, WeightVersion};
 use roll_core::config::{AgenticConfig, ComponentSpec};
 use roll_core::scheduler::{GroupFilter, RolloutBatch, Scheduler};
 use roll_core::tokenizer::Tokenizer;
+use roll_core::{Generate, WeightVersion};
 use std::fmt;
 use std::sync::Arc;
 

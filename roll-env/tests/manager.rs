@@ -389,7 +389,10 @@ async fn the_run_seed_reaches_every_turn_of_every_episode() {
     assert_eq!(distinct, expected);
     // Episodes of one group play the same level but sample differently.
     let texts = responses(&batch);
-    assert!(texts.iter().all(|g| g[0] != g[1] || g[1] != g[2]), "{texts:?}");
+    assert!(
+        texts.iter().all(|g| g[0] != g[1] || g[1] != g[2]),
+        "{texts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,8 +419,11 @@ async fn a_filter_replaces_rejected_groups_with_new_ones() {
     // Keeps even group ids only: group 1 is rejected and group 2 takes its place.
     let mut scheduler = AgenticScheduler::new(m, 2)
         .unwrap()
-        .with_filter(|g: &Group| g.id().0 % 2 == 0);
-    let batch = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap();
+        .with_filter(|g: &Group| g.id().0.is_multiple_of(2));
+    let batch = scheduler
+        .next_batch(roll_core::WeightVersion(0))
+        .await
+        .unwrap();
     let ids: Vec<u64> = batch.groups.iter().map(|g| g.id().0).collect();
     assert_eq!(ids, [0, 2]);
     assert_eq!(
@@ -426,7 +432,10 @@ async fn a_filter_replaces_rejected_groups_with_new_ones() {
     );
     // Samples of the rejected group were played (and counted) all the same.
     assert_eq!(batch.stats.samples_finished, 6);
-    let next = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap();
+    let next = scheduler
+        .next_batch(roll_core::WeightVersion(0))
+        .await
+        .unwrap();
     let ids: Vec<u64> = next.groups.iter().map(|g| g.id().0).collect();
     assert_eq!((ids, next.stats.groups_filtered), (vec![4, 6], 2));
 }
@@ -444,7 +453,11 @@ async fn the_dynamic_filter_applies_and_a_hopeless_filter_fails_the_batch() {
         .with_filter(filter)
         .with_max_filtered(3);
     assert_eq!(scheduler.max_filtered(), 3);
-    let err = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap_err().to_string();
+    let err = scheduler
+        .next_batch(roll_core::WeightVersion(0))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("rejected 4 groups of `walk`") && err.contains("at most 3"),
         "{err}"
@@ -470,7 +483,11 @@ async fn a_filter_error_counts_as_a_rejection_and_is_reported() {
         .unwrap()
         .with_filter(Broken)
         .with_max_filtered(0);
-    let err = scheduler.next_batch(roll_core::WeightVersion(0)).await.unwrap_err().to_string();
+    let err = scheduler
+        .next_batch(roll_core::WeightVersion(0))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("rejected 1 groups") && err.contains("no verdict"),
         "{err}"

@@ -19,6 +19,9 @@ use std::sync::Arc;
 
 type PromptSource = Box<dyn Iterator<Item = Prompt> + Send>;
 
+/// Builds the scheduler around the actor's generating side (see [`RlvrPipeline::new`]).
+type BuildScheduler = Box<dyn FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>>>;
+
 /// Assembles a [`Run`] from a [`Config`]: the actor is the model of `model.source` as a
 /// [`BurnPolicy`] (plus a [`BurnReference`] when the algorithm needs one), the rollout side is
 /// what `pipeline` says. Your own parts join by name: an environment kind for
@@ -99,11 +102,14 @@ impl RunBuilder {
         let options = PolicyOptions {
             strategy: SingleDevice::new(plan.model.device),
             engine: plan.engine.clone(),
-            scoring: plan.scoring.clone(),
+            scoring: plan.scoring,
             ..PolicyOptions::default()
         };
         let reference: Option<Arc<dyn Score>> = if plan.algorithm.uses_reference() {
-            Some(Arc::new(BurnReference::new(model.clone(), options.clone())?))
+            Some(Arc::new(BurnReference::new(
+                model.clone(),
+                options.clone(),
+            )?))
         } else {
             None
         };
@@ -129,15 +135,9 @@ impl RunBuilder {
 
     /// The scheduler the plan describes, as the pipeline's factory: it receives the actor's
     /// generating side.
-    fn scheduler(
-        self,
-        plan: &RunPlan,
-        tokenizer: Arc<dyn Tokenizer>,
-    ) -> Result<impl FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>>> {
-        let filter = plan.filter.clone();
-        let built: Box<dyn FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>>> = match &plan
-            .rollout
-        {
+    fn scheduler(self, plan: &RunPlan, tokenizer: Arc<dyn Tokenizer>) -> Result<BuildScheduler> {
+        let filter = plan.filter;
+        let built: BuildScheduler = match &plan.rollout {
             RolloutPlan::Rlvr { scheduler, domains } => {
                 let prompts = self.prompts.ok_or_else(|| {
                     Error::invalid_data(
@@ -221,8 +221,8 @@ impl Run {
         std::fs::write(&resolved, config.to_toml()?)
             .map_err(io("cannot write the resolved config", resolved.clone()))?;
         let path = dir.join("metrics.jsonl");
-        let metrics =
-            std::fs::File::create(&path).map_err(io("cannot create the metrics file", path.clone()))?;
+        let metrics = std::fs::File::create(&path)
+            .map_err(io("cannot create the metrics file", path.clone()))?;
         Ok(Self {
             plan,
             pipeline,

@@ -10,9 +10,7 @@ use roll_algos::filter::DynamicFilter;
 use roll_backend_burn::ScoringOptions;
 use roll_backend_burn::engine::EngineConfig;
 use roll_backend_burn::train::TrainerConfig;
-use roll_core::config::{
-    ComponentSpec, Config, DomainConfig, ModelSource, Pipeline, PromptFormat,
-};
+use roll_core::config::{ComponentSpec, Config, DomainConfig, ModelSource, Pipeline, PromptFormat};
 use roll_core::pipeline::RlvrPipelineConfig;
 use roll_core::rng::derive_seed;
 use roll_core::scheduler::RlvrSchedulerConfig;
@@ -110,12 +108,9 @@ impl RunPlan {
                 domains: config.domains.clone(),
             },
             Pipeline::Agentic => {
-                let agentic = config
-                    .agentic
-                    .as_ref()
-                    .ok_or_else(|| Error::MissingKey {
-                        key: "agentic.env".into(),
-                    })?;
+                let agentic = config.agentic.as_ref().ok_or_else(|| Error::MissingKey {
+                    key: "agentic.env".into(),
+                })?;
                 let seed = derive_seed(config.run.seed, "environments");
                 let mut manager = EnvManagerConfig::from_agentic(agentic, seed)?;
                 let sampling = &config.rollout.sampling;

@@ -230,7 +230,9 @@ impl Engine {
                 let weights = BurnDecoder::from_model(model, &device)?;
                 Self::start(
                     weights,
-                    move |w: &ServedWeights| BurnDecoder::from_model(w.model(), &device).map(Arc::new),
+                    move |w: &ServedWeights| {
+                        BurnDecoder::from_model(w.model(), &device).map(Arc::new)
+                    },
                     config,
                     tokenizer,
                 )

@@ -270,7 +270,10 @@ impl MetricSums {
     }
 
     pub(crate) fn add_max(&mut self, key: &str, value: f32) {
-        let m = self.maxima.entry(key.to_string()).or_insert(f64::NEG_INFINITY);
+        let m = self
+            .maxima
+            .entry(key.to_string())
+            .or_insert(f64::NEG_INFINITY);
         *m = m.max(f64::from(value));
     }
 

@@ -1,7 +1,9 @@
 //! The RLVR pipeline: rollout, rewards, advantages, train, publish — one step at a time.
 
 use super::{BatchInputs, StepReport, build_train_batch};
-use crate::policy::{Critic, Generate, Objective, Score, ScoreKernels, ScoreRequest, ScoreSequence};
+use crate::policy::{
+    Critic, Generate, Objective, Score, ScoreKernels, ScoreRequest, ScoreSequence,
+};
 use crate::{Error, Group, Policy, Result, Sample, SampleId, Scheduler, WeightVersion};
 use roll_algos::AlgorithmConfig;
 use roll_algos::kl::KlControllerState;
@@ -150,12 +152,9 @@ impl RlvrPipeline {
                 .reference
                 .as_ref()
                 .ok_or_else(|| missing_role("reference", "a KL loss or token KL penalty"))?;
-            inputs.ref_logprobs = score_all(
-                &**reference,
-                &samples,
-                ScoreKernels::Inference,
-                |s| s.logprobs,
-            )
+            inputs.ref_logprobs = score_all(&**reference, &samples, ScoreKernels::Inference, |s| {
+                s.logprobs
+            })
             .await?;
         }
         if self.algorithm.uses_critic() {
@@ -169,8 +168,10 @@ impl RlvrPipeline {
             .await?;
         }
         if self.config.recompute_old_logprobs {
-            inputs.old_logprobs =
-                score_all(&*self.actor, &samples, ScoreKernels::Training, |s| s.logprobs).await?;
+            inputs.old_logprobs = score_all(&*self.actor, &samples, ScoreKernels::Training, |s| {
+                s.logprobs
+            })
+            .await?;
         }
         let (mut train_batch, batch_stats) =
             build_train_batch(&batch.groups, &self.algorithm, &inputs, &mut self.moments)?;

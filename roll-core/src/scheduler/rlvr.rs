@@ -1,8 +1,8 @@
 //! The RLVR scheduler: sample-level rollout of single-turn prompts.
 
 use super::{GroupFilter, RolloutBatch, RolloutStats, Scheduler, sample_seed};
-use crate::tokenizer::{ChatMessage, Role, Tokenizer};
 use crate::policy::Generate;
+use crate::tokenizer::{ChatMessage, Role, Tokenizer};
 use crate::{
     AbortHandle, Error, FinishReason, GenerationRequest, Group, GroupId, Prompt, Result,
     RewardWorker, Sample, SampleId, SamplingParams, WeightVersion,

@@ -219,7 +219,6 @@ impl Score for MockPolicy {
             })
             .collect()
     }
-
 }
 
 #[async_trait]

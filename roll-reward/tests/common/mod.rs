@@ -5,9 +5,7 @@ use async_trait::async_trait;
 use roll_core::policy::{Generate, Generation, GenerationRequest};
 use roll_core::testing::ByteTokenizer;
 use roll_core::tokenizer::Tokenizer;
-use roll_core::{
-    Error, FinishReason, GroupId, Prompt, PromptId, Sample, SampleId, WeightVersion,
-};
+use roll_core::{Error, FinishReason, GroupId, Prompt, PromptId, Sample, SampleId, WeightVersion};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
