@@ -39,11 +39,10 @@
 //! reported numerical problem is this gap growing unnoticed).
 //!
 //! # Scoring
-//! One entry point, [`Score::score`]; the request names its kernels
-//! ([`ScoreKernels`](roll_core::policy::ScoreKernels)): `Inference` runs the engine's kernels
-//! (the CPU decoder where it serves the model — the numbers the rollout was sampled with),
-//! `Training` runs the trainer's forward ([`score`](crate::score)). A critic always scores
-//! through its value head on the training forward.
+//! One entry point, [`Score::score`]; the request names its kernels ([`ScoreKernels`]):
+//! `Inference` runs the engine's kernels (the CPU decoder where it serves the model — the
+//! numbers the rollout was sampled with), `Training` runs the trainer's forward ([`score`]). A
+//! critic always scores through its value head on the training forward.
 
 use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::train::{CriticTrainer, Trainer, TrainerConfig};

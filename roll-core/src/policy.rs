@@ -137,7 +137,7 @@ pub type Objective = roll_algos::loss::ObjectiveConfig;
 /// Generates completions: what a rollout needs from the actor, and what a judge is.
 ///
 /// Each request is independent — many can be in flight at once and each can be aborted through
-/// its [`AbortSignal`](crate::AbortSignal) — so a scheduler can treat rollouts sample by sample.
+/// its [`AbortSignal`] — so a scheduler can treat rollouts sample by sample.
 /// Implementations must not block the async runtime: long work runs on the implementation's own
 /// threads and the futures only wait.
 #[async_trait]

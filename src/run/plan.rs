@@ -68,7 +68,8 @@ pub enum RolloutPlan {
     },
 }
 
-/// Every component's settings for one run (see the [module docs](self)).
+/// Every component's settings for one run: a config read once, each key into the runtime struct
+/// that consumes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunPlan {
     /// The run loop.
