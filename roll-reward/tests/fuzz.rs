@@ -77,7 +77,8 @@ const MATH_REGRESSIONS: &[(&str, &str)] = &[
     ("12345678.9", "12345679"),
 ];
 
-/// Responses with no answer, which no verifier may reward.
+/// Responses with no answer, which no worker may reward: nothing, special tokens, a think
+/// block with nothing after it, a think block never closed.
 const EMPTY_RESPONSES: &[&str] = &[
     "",
     "   \n\t",
@@ -86,11 +87,10 @@ const EMPTY_RESPONSES: &[&str] = &[
     "<think>the answer is 4</think>  <|endoftext|>",
     r"<think>\boxed{4} and still thinking",
     "<think>",
-    r"\boxed{}",
-    r"\boxed{ }",
-    "####",
-    "the answer is",
 ];
+
+/// Answer markers with nothing in them, which the math verifier may not reward.
+const EMPTY_MATH_ANSWERS: &[&str] = &[r"\boxed{}", r"\boxed{ }", "####", "the answer is"];
 
 /// Judge outputs whose numbers overflow f64 (∞/∞ was a NaN score).
 fn judge_regressions() -> Vec<String> {
@@ -174,7 +174,7 @@ fn math_empty_or_garbage_answers_earn_nothing() {
         }
     }
     for gold in ANSWERS {
-        for response in EMPTY_RESPONSES {
+        for response in EMPTY_RESPONSES.iter().chain(EMPTY_MATH_ANSWERS) {
             if w.verify(response, gold).correct {
                 failures.push(format!("empty {response:?} earned {gold:?}"));
             }
@@ -197,7 +197,8 @@ fn math_different_exact_numbers_are_never_equal() {
         match round % 5 {
             // Integers of any size, differing anywhere.
             0 => {
-                let a = format!("{}{}", 1 + g.below(9), g.digits(g.below(40)));
+                let len = g.below(40);
+                let a = format!("{}{}", 1 + g.below(9), g.digits(len));
                 let mut b = a.clone().into_bytes();
                 let k = g.below(b.len());
                 b[k] = b'0' + ((b[k] - b'0' + 1 + g.below(9) as u8) % 10);
@@ -284,10 +285,11 @@ const TEXT_ATOMS: &[&str] = &[
     "```", "123", ":",
 ];
 
-/// A content-free response: punctuation, markup and whitespace only.
+/// A content-free response: punctuation, markup and whitespace only (the worker also strips
+/// special tokens before the rules see the text).
 const HOLLOW_ATOMS: &[&str] = &[
     " ", "\n", "\n\n", ",", ".", "!", "?", "*", "* ", "- ", "* * *", "******", "<<", ">>", "[",
-    "]", "\"", "{", "}", "```", "{}", "[]", "\"\"", "<<>>", "***", "<|im_end|>",
+    "]", "\"", "{", "}", "```", "{}", "[]", "\"\"", "<<>>", "***",
 ];
 
 /// One valid instance of every instruction.
@@ -351,7 +353,8 @@ fn ifeval_rules_never_panic_and_reward_no_hollow_response() {
         }
     }
     for rule in &rules {
-        for response in EMPTY_RESPONSES.iter().take(3) {
+        // The rules see the text after the worker removed special tokens and the think block.
+        for response in ["", " ", "\n\t  \n"] {
             if rule.check(response) {
                 failures.push(format!("{} passed {response:?}", rule.func_name()));
             }
@@ -386,7 +389,7 @@ async fn ifeval_worker_gives_nothing_for_empty_or_think_only_answers() {
     for _ in 0..200 {
         // A think block with any content, then nothing or only hollow text.
         let thought = g.soup(TEXT_ATOMS, 10).replace("</think>", "");
-        let after = g.soup(HOLLOW_ATOMS, 5);
+        let after = g.soup(HOLLOW_ATOMS, 5) + g.pick(&["", "<|im_end|>", "<|endoftext|>"]);
         responses.push(format!("<think>{thought}</think>{after}"));
         responses.push(format!("<think>{thought}"));
     }

@@ -365,10 +365,8 @@ print("saw others" if others else "alone", "read nothing" if not leaked else "re
         )
     };
     let truth = stdio(&[("", "saw others read nothing")]);
-    let (a, b) = tokio::join!(
-        score(&w, &program("SECRET-A"), &truth),
-        score(&w, &program("SECRET-B"), &truth)
-    );
+    let (code_a, code_b) = (program("SECRET-A"), program("SECRET-B"));
+    let (a, b) = tokio::join!(score(&w, &code_a, &truth), score(&w, &code_b, &truth));
     for r in [&a, &b] {
         assert_eq!(r.value, 1.0, "{:?}", r.details);
         assert_eq!(r.details["isolation"], "confined");

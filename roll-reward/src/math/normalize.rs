@@ -395,7 +395,8 @@ mod tests {
 
     #[test]
     fn unwrapping_takes_linear_steps_on_pathological_nesting() {
-        for n in [100, 1_000, 10_000] {
+        // (8,000 wrappers side by side are 64,000 bytes: just under the cut-off.)
+        for n in [100, 1_000, 8_000] {
             // Unclosed wrappers: a scan to the end for each `\text{` would be n²/2 steps.
             let unclosed = r"\text{".repeat(n) + "1";
             // Closed ones, nested n deep (only MAX_UNWRAP_DEPTH levels are unwrapped).
@@ -411,7 +412,7 @@ mod tests {
                 );
                 assert!(out.len() <= input.len(), "{n}: output grew");
             }
-            assert_eq!(normalize(&flat), "1".repeat(n));
+            assert!(normalize(&flat) == "1".repeat(n), "{n}: not unwrapped");
         }
         // Only the first levels are unwrapped; the rest stays as written.
         let deep = r"\text{".repeat(20) + "7" + &"}".repeat(20);
@@ -425,8 +426,7 @@ mod tests {
         assert_eq!(normalize(&format!("1{}", ".".repeat(60_000))), "1");
         // Over the cut-off: trimmed, not normalised.
         let huge = format!("  {}  ", r"\text{".repeat(MAX_NORMALIZE_LEN / 6 + 1));
-        let out = normalize(&huge);
-        assert_eq!(out, huge.trim());
+        assert!(normalize(&huge) == huge.trim(), "changed over the cut-off");
         let (_, steps) = normalize_counted(&huge);
         assert_eq!(steps, 0);
         // Just under it: normalised, in linear steps.
