@@ -59,21 +59,21 @@ impl Gen {
 
 /// (predicted, gold): wrong answers the math verifier used to accept.
 const MATH_REGRESSIONS: &[(&str, &str)] = &[
-    ("10^{400}", "10^{500}"),           // both overflowed to ∞
-    ("2^{2000}", "3^{2000}"),           // likewise
-    ("10^{400}", r"\infty"),            // an overflow is not infinity
-    ("10^{-400}", "0"),                 // both underflowed to 0
-    ("e^{-1000}", "0"),                 // likewise, through a float
-    ("1e-400", "0.0"),                  // a rounding check in floats underflowed too
-    ("x + 10^{-10}", "x"),              // under the old absolute tolerance 1e-9
-    (r"x + \frac{x}{10^{12}}", "x"),    // likewise
+    ("10^{400}", "10^{500}"),              // both overflowed to ∞
+    ("2^{2000}", "3^{2000}"),              // likewise
+    ("10^{400}", r"\infty"),               // an overflow is not infinity
+    ("10^{-400}", "0"),                    // both underflowed to 0
+    ("e^{-1000}", "0"),                    // likewise, through a float
+    ("1e-400", "0.0"),                     // a rounding check in floats underflowed too
+    ("x + 10^{-10}", "x"),                 // under the old absolute tolerance 1e-9
+    (r"x + \frac{x}{10^{12}}", "x"),       // likewise
     ("x + y = 1 + 10^{-12}", "x + y = 1"), // an equation off by a small constant
-    ("-inf", "inf"),                    // the text key dropped the sign
-    ("-ab", "ab"),                      // likewise for any word
+    ("-inf", "inf"),                       // the text key dropped the sign
+    ("-ab", "ab"),                         // likewise for any word
     (r"-\infty", r"\infty"),
-    (r"\frac{0}{0}", r"\frac{0}{0}"),   // NaN equal to itself as a string
+    (r"\frac{0}{0}", r"\frac{0}{0}"), // NaN equal to itself as a string
     ("0/0", "0"),
-    ("1.0000001", "1.0000002"),         // different exact numbers within 1e-6
+    ("1.0000001", "1.0000002"), // different exact numbers within 1e-6
     ("12345678.9", "12345679"),
 ];
 
@@ -105,23 +105,25 @@ fn judge_regressions() -> Vec<String> {
 
 // --- math: extraction and equivalence ---------------------------------------------------------
 
+#[rustfmt::skip]
 const MATH_ATOMS: &[&str] = &[
-    "1", "2", "0", "7", "10", "-", "+", "*", "/", "^", "{", "}", "(", ")", "[", "]", ",", "=",
-    "x", "y", "e", ".", ".5", "1e5", "e-3", "%", "!", "|", " ", r"\frac", r"\sqrt", r"\pi",
-    r"\infty", "∞", r"\cdot", r"\ln", r"\sin", r"\{", r"\}", r"\cup", r"\text{", r"\boxed{",
-    "<think>", "</think>", "####", "the answer is ", "10^{400}", "10^{-400}", "0/0", "inf",
-    r"\left(", r"\right)", "\n", "é", "\u{0}", "$",
+    "1", "2", "0", "7", "10", "-", "+", "*", "/", "^", "{", "}", "(", ")", "[", "]", ",", "=", "x",
+    "y", "e", ".", ".5", "1e5", "e-3", "%", "!", "|", " ", r"\frac", r"\sqrt", r"\pi", r"\infty",
+    "∞", r"\cdot", r"\ln", r"\sin", r"\{", r"\}", r"\cup", r"\text{", r"\boxed{", "<think>",
+    "</think>", "####", "the answer is ", "10^{400}", "10^{-400}", "0/0", "inf", r"\left(",
+    r"\right)", "\n", "é", "\u{0}", "$",
 ];
 
 /// Answer-shaped strings: the pool equivalence is checked on.
+#[rustfmt::skip]
 const ANSWERS: &[&str] = &[
     "1", "-1", "0", "0.5", r"\frac12", "1/2", "50%", "0.333333333", r"\frac13", "0.333",
     "10^{400}", "100^{200}", "10^{-400}", "0.0", r"\infty", r"-\infty", "-∞", "2x", "x+x",
     "(x+1)^2", "x^2+2x+1", "x + 10^{-10}", "x", "-x", "(1,2)", "(2,1)", "[1,2)", r"\{1,2\}",
     r"\{2,1\}", "1, 2", "x = 1", "y = 2x", "2x - y = 0", "4x = 2y", "Monday", "-inf", "inf",
-    r"\sqrt{2}", "1.41421356", r"\pi", "3.14159265", "0.1234567894", "0.123456789",
-    "0.1234567886", r"\{0.1234567894, 0.1234567886\}", r"\{0.123456789, 0.1234567886\}",
-    "0/0", r"\ln(-1)", "1e400", "e^{1000}",
+    r"\sqrt{2}", "1.41421356", r"\pi", "3.14159265", "0.1234567894", "0.123456789", "0.1234567886",
+    r"\{0.1234567894, 0.1234567886\}", r"\{0.123456789, 0.1234567886\}", "0/0", r"\ln(-1)",
+    "1e400", "e^{1000}",
 ];
 
 #[test]
@@ -129,12 +131,16 @@ fn math_no_panic_and_symmetric_equivalence() {
     let tol = Tolerance::default();
     let mut g = Gen::new(0x4d41_5448);
     let mut failures = Vec::new();
-    for round in 0..ROUNDS {
-        let (p, q) = if round % 2 == 0 {
-            (g.pick(ANSWERS).to_owned(), g.pick(ANSWERS).to_owned())
-        } else {
-            (g.soup(MATH_ATOMS, 12), g.soup(MATH_ATOMS, 12))
-        };
+    // Every pair of the pool, then random soups.
+    let pool = ANSWERS.iter().flat_map(|p| {
+        ANSWERS
+            .iter()
+            .map(move |q| ((*p).to_owned(), (*q).to_owned()))
+    });
+    let soups: Vec<(String, String)> = (0..ROUNDS)
+        .map(|_| (g.soup(MATH_ATOMS, 12), g.soup(MATH_ATOMS, 12)))
+        .collect();
+    for (p, q) in pool.chain(soups) {
         let (a, b) = (equivalent(&p, &q, &tol), equivalent(&q, &p, &tol));
         if a.is_some() != b.is_some() {
             failures.push(format!("asymmetric: {p:?} vs {q:?}: {a:?} / {b:?}"));
@@ -158,8 +164,8 @@ fn math_empty_or_garbage_answers_earn_nothing() {
     let w = MathRuleWorker::default();
     // Garbage: structure and punctuation, no digit, letter or infinity.
     const GARBAGE: &[&str] = &[
-        "{", "}", "(", ")", "[", "]", ",", "^", "_", "-", "+", "/", "*", "|", "!", "%", ".",
-        " ", "=", r"\{", r"\}", r"\left(", r"\right)", r"\,", "$", r"\boxed{", "</think>",
+        "{", "}", "(", ")", "[", "]", ",", "^", "_", "-", "+", "/", "*", "|", "!", "%", ".", " ",
+        "=", r"\{", r"\}", r"\left(", r"\right)", r"\,", "$", r"\boxed{", "</think>",
     ];
     let mut g = Gen::new(0x4741_5242);
     let mut failures = Vec::new();
@@ -226,7 +232,10 @@ fn math_different_exact_numbers_are_never_equal() {
                     g.range(1, 999),
                 );
                 if p * s != r * q {
-                    check(format!(r"\frac{{{p}}}{{{q}}}"), format!(r"\frac{{{r}}}{{{s}}}"));
+                    check(
+                        format!(r"\frac{{{p}}}{{{q}}}"),
+                        format!(r"\frac{{{r}}}{{{s}}}"),
+                    );
                 }
             }
             // Powers far beyond f64, both ways.
@@ -237,12 +246,17 @@ fn math_different_exact_numbers_are_never_equal() {
                     check(format!("1e{k}"), format!("1e{m}"));
                 }
                 if k != 0 {
-                    check(format!("10^{{{k}}}"), if k > 0 { r"\infty" } else { "0" }.into());
+                    check(
+                        format!("10^{{{k}}}"),
+                        if k > 0 { r"\infty" } else { "0" }.into(),
+                    );
                 }
             }
             // Sign flips.
             _ => {
-                let x = g.pick(&["1", "0.5", r"\frac13", "10^{400}", r"\infty", "inf", "ab", "x"]);
+                let x = g.pick(&[
+                    "1", "0.5", r"\frac13", "10^{400}", r"\infty", "inf", "ab", "x",
+                ]);
                 check(format!("-{x}"), x.to_owned());
             }
         }
@@ -278,15 +292,17 @@ fn math_undefined_values_equal_nothing() {
 
 // --- IFEval ---------------------------------------------------------------------------------
 
+#[rustfmt::skip]
 const TEXT_ATOMS: &[&str] = &[
-    "word", "Word", "WORD", "cat", "tea", " ", "  ", "\n", "\n\n", ",", ".", "!", "?", "*",
-    "* ", "- ", "* * *", "******", "<<", ">>", "[", "]", "\"", "{", "}", "Section 1", "P.S.",
-    "Any other questions?", "z", "é", "ß", "<think>", "</think>", "<|im_end|>", "```json",
-    "```", "123", ":",
+    "word", "Word", "WORD", "cat", "tea", " ", "  ", "\n", "\n\n", ",", ".", "!", "?", "*", "* ",
+    "- ", "* * *", "******", "<<", ">>", "[", "]", "\"", "{", "}", "Section 1", "P.S.",
+    "Any other questions?", "z", "é", "ß", "<think>", "</think>", "<|im_end|>", "```json", "```",
+    "123", ":",
 ];
 
 /// A content-free response: punctuation, markup and whitespace only (the worker also strips
 /// special tokens before the rules see the text).
+#[rustfmt::skip]
 const HOLLOW_ATOMS: &[&str] = &[
     " ", "\n", "\n\n", ",", ".", "!", "?", "*", "* ", "- ", "* * *", "******", "<<", ">>", "[",
     "]", "\"", "{", "}", "```", "{}", "[]", "\"\"", "<<>>", "***",
@@ -404,10 +420,11 @@ async fn ifeval_worker_gives_nothing_for_empty_or_think_only_answers() {
 
 // --- the judge's score parser ---------------------------------------------------------------
 
+#[rustfmt::skip]
 const JUDGE_ATOMS: &[&str] = &[
     "Score", "score", "Rating", ": ", " ", "7", "10", "0", "3.5", "/", " out of ", "[[", "]]",
-    "yes", "no", "not", "correct", "wrong", "is", "the", ".", "\n", "<think>", "</think>",
-    "**", "-", "99999999999999999999999999999999999999", "1e400", "é",
+    "yes", "no", "not", "correct", "wrong", "is", "the", ".", "\n", "<think>", "</think>", "**",
+    "-", "99999999999999999999999999999999999999", "1e400", "é",
 ];
 
 #[test]
@@ -419,7 +436,17 @@ fn judge_scores_are_finite_and_in_range() {
         outputs.push(g.soup(JUDGE_ATOMS, 14));
     }
     for output in &outputs {
-        for max in [1.0, 5.0, 10.0, 100.0, f32::MAX, f32::INFINITY, 0.0, -1.0, f32::NAN] {
+        for max in [
+            1.0,
+            5.0,
+            10.0,
+            100.0,
+            f32::MAX,
+            f32::INFINITY,
+            0.0,
+            -1.0,
+            f32::NAN,
+        ] {
             if let Some(s) = parse_judge_score(output, max)
                 && !(s.value.is_finite() && (0.0..=1.0).contains(&s.value))
             {
@@ -429,7 +456,10 @@ fn judge_scores_are_finite_and_in_range() {
     }
     // No digit and no letter: nothing to read.
     for _ in 0..ROUNDS {
-        let hollow = g.soup(&[" ", ".", ":", "/", "[[", "]]", "*", "\n", "-", "!", "?"], 12);
+        let hollow = g.soup(
+            &[" ", ".", ":", "/", "[[", "]]", "*", "\n", "-", "!", "?"],
+            12,
+        );
         if let Some(s) = parse_judge_score(&hollow, 10.0) {
             failures.push(format!("{hollow:?} read as {s:?}"));
         }

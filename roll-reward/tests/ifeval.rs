@@ -281,9 +281,24 @@ async fn saying_nothing_follows_no_instruction() {
 async fn negative_instructions_need_content_of_their_own() {
     // (func_name, kwargs, content-free response, response with content that follows it)
     let cases = [
-        ("validate_lowercase", json!({}), "123 ... !!!", "all lower 123"),
-        ("validate_uppercase", json!({}), "123 ... !!!", "ALL UPPER 123"),
-        ("validate_no_commas", json!({}), "... !!! ?", "no commas here"),
+        (
+            "validate_lowercase",
+            json!({}),
+            "123 ... !!!",
+            "all lower 123",
+        ),
+        (
+            "validate_uppercase",
+            json!({}),
+            "123 ... !!!",
+            "ALL UPPER 123",
+        ),
+        (
+            "validate_no_commas",
+            json!({}),
+            "... !!! ?",
+            "no commas here",
+        ),
         (
             "validate_forbidden_words",
             json!({"forbidden_words": ["bad"]}),
@@ -302,47 +317,115 @@ async fn negative_instructions_need_content_of_their_own() {
 async fn degenerate_ground_truths_are_refused_naming_the_field() {
     // (func_name, kwargs, what the error must name)
     let cases = [
-        ("verify_keywords", json!({"keyword_list": []}), "`keyword_list` is an empty list"),
+        (
+            "verify_keywords",
+            json!({"keyword_list": []}),
+            "`keyword_list` is an empty list",
+        ),
         (
             "verify_keywords",
             json!({"keyword_list": ["tea", " "]}),
             "`keyword_list` has an empty entry at index 1",
         ),
-        ("verify_keyword_frequency", json!({"word": "", "N": 1}), "`word` is empty"),
+        (
+            "verify_keyword_frequency",
+            json!({"word": "", "N": 1}),
+            "`word` is empty",
+        ),
         (
             "verify_keyword_frequency",
             json!({"word": "two words", "N": 1}),
             "`word` \"two words\" is not a single word",
         ),
-        ("validate_forbidden_words", json!({"forbidden_words": []}), "`forbidden_words` is an empty list"),
+        (
+            "validate_forbidden_words",
+            json!({"forbidden_words": []}),
+            "`forbidden_words` is an empty list",
+        ),
         (
             "validate_forbidden_words",
             json!({"forbidden_words": [""]}),
             "`forbidden_words` has an empty entry",
         ),
-        ("verify_letter_frequency", json!({"letter": "1", "N": 1}), "`letter` '1' is not a letter"),
+        (
+            "verify_letter_frequency",
+            json!({"letter": "1", "N": 1}),
+            "`letter` '1' is not a letter",
+        ),
         ("verify_paragraph_count", json!({"N": 0}), "`N` is 0"),
-        ("validate_word_constraint", json!({"N": 0, "quantifier": "at most"}), "`N` is 0"),
-        ("validate_word_constraint", json!({"N": 0, "quantifier": "at least"}), "`N` is 0"),
-        ("verify_sentence_constraint", json!({"N": 0, "quantifier": "around"}), "`N` is 0"),
-        ("validate_paragraphs", json!({"N": 0, "first_word": "a", "i": 1}), "`N` is 0"),
-        ("validate_paragraphs", json!({"N": 2, "first_word": " ", "i": 1}), "`first_word` is empty"),
-        ("validate_paragraphs", json!({"N": 2, "first_word": "a", "i": 0}), "`i` = 0"),
-        ("verify_postscript", json!({"postscript_marker": ""}), "`postscript_marker` is empty"),
+        (
+            "validate_word_constraint",
+            json!({"N": 0, "quantifier": "at most"}),
+            "`N` is 0",
+        ),
+        (
+            "validate_word_constraint",
+            json!({"N": 0, "quantifier": "at least"}),
+            "`N` is 0",
+        ),
+        (
+            "verify_sentence_constraint",
+            json!({"N": 0, "quantifier": "around"}),
+            "`N` is 0",
+        ),
+        (
+            "validate_paragraphs",
+            json!({"N": 0, "first_word": "a", "i": 1}),
+            "`N` is 0",
+        ),
+        (
+            "validate_paragraphs",
+            json!({"N": 2, "first_word": " ", "i": 1}),
+            "`first_word` is empty",
+        ),
+        (
+            "validate_paragraphs",
+            json!({"N": 2, "first_word": "a", "i": 0}),
+            "`i` = 0",
+        ),
+        (
+            "verify_postscript",
+            json!({"postscript_marker": ""}),
+            "`postscript_marker` is empty",
+        ),
         ("validate_placeholders", json!({"N": 0}), "`N` is 0"),
         ("verify_bullet_points", json!({"N": 0}), "`N` is 0"),
-        ("validate_choice", json!({"options": []}), "`options` is an empty list"),
-        ("validate_choice", json!({"options": ["yes", ""]}), "`options` has an empty entry at index 1"),
+        (
+            "validate_choice",
+            json!({"options": []}),
+            "`options` is an empty list",
+        ),
+        (
+            "validate_choice",
+            json!({"options": ["yes", ""]}),
+            "`options` has an empty entry at index 1",
+        ),
         ("validate_highlighted_sections", json!({"N": 0}), "`N` is 0"),
-        ("validate_sections", json!({"N": 0, "section_splitter": "Section"}), "`N` is 0"),
-        ("validate_sections", json!({"N": 2, "section_splitter": ""}), "`section_splitter` is empty"),
-        ("validate_repeat_prompt", json!({"original_prompt": "  "}), "`original_prompt` is empty"),
+        (
+            "validate_sections",
+            json!({"N": 0, "section_splitter": "Section"}),
+            "`N` is 0",
+        ),
+        (
+            "validate_sections",
+            json!({"N": 2, "section_splitter": ""}),
+            "`section_splitter` is empty",
+        ),
+        (
+            "validate_repeat_prompt",
+            json!({"original_prompt": "  "}),
+            "`original_prompt` is empty",
+        ),
         (
             "validate_frequency_capital_words",
             json!({"N": 0, "quantifier": "at least"}),
             "`N` is 0 with `quantifier` \"at least\"",
         ),
-        ("validate_end", json!({"end_phrase": ""}), "`end_phrase` is empty"),
+        (
+            "validate_end",
+            json!({"end_phrase": ""}),
+            "`end_phrase` is empty",
+        ),
     ];
     for (func, kwargs, field) in &cases {
         let truth = json!({"func_name": func, "kwargs": kwargs}).to_string();

@@ -78,7 +78,11 @@ async fn an_empty_answer_scores_zero_without_asking_the_judge() {
             );
         }
     }
-    assert_eq!(policy.calls.load(Ordering::SeqCst), 0, "the judge was asked");
+    assert_eq!(
+        policy.calls.load(Ordering::SeqCst),
+        0,
+        "the judge was asked"
+    );
     let j = judge(policy.clone(), LlmJudgeConfig::default());
     let r = j.score(&sample("chat", "4", Some("4"))).await.unwrap();
     assert_eq!(r.value, 1.0);

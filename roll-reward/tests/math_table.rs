@@ -284,7 +284,12 @@ const HOSTILE: &[(&str, &str, &str, bool)] = &[
     ("small term", "x + 10^{-10}", "x", false),
     ("small term", "x^2 + 0.000000001", "x^2", false),
     ("small term", r"x + \frac{x}{10^{12}}", "x", false),
-    ("small term", r"\frac{\sin x}{10^{6}} + 10^{-10}", r"\frac{\sin x}{10^{6}}", false),
+    (
+        "small term",
+        r"\frac{\sin x}{10^{6}} + 10^{-10}",
+        r"\frac{\sin x}{10^{6}}",
+        false,
+    ),
     ("small term", "x + y = 1 + 10^{-12}", "x + y = 1", false),
     ("small term", "(x+1)^2", "x^2+2x+1", true),
     ("small term", r"\sin(x + \pi)", r"-\sin(x)", true),
@@ -296,7 +301,12 @@ const HOSTILE: &[(&str, &str, &str, bool)] = &[
     ("signed infinity", r"[1, \infty)", r"[1, -\infty)", false),
     ("signed infinity", "-ab", "ab", false),
     ("signed infinity", "-∞", r"-\infty", true),
-    ("signed infinity", r"(-\infty, 0.5]", r"(-\infty, \frac{1}{2}]", true),
+    (
+        "signed infinity",
+        r"(-\infty, 0.5]",
+        r"(-\infty, \frac{1}{2}]",
+        true,
+    ),
     // Undefined values equal nothing, not even themselves.
     ("nan", r"\frac{0}{0}", r"\frac{0}{0}", false),
     ("nan", "0/0", r"\frac{0}{0}", false),
@@ -332,7 +342,14 @@ fn hostile_answers_by_class() {
             failures.push(format!("{class}: worker on {p:?} vs {g:?}: {:?}", v.rule));
         }
     }
-    for class in ["overflow", "underflow", "small term", "signed infinity", "nan", "exact"] {
+    for class in [
+        "overflow",
+        "underflow",
+        "small term",
+        "signed infinity",
+        "nan",
+        "exact",
+    ] {
         assert!(HOSTILE.iter().any(|c| c.0 == class), "no case of {class}");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -401,7 +418,10 @@ fn bad_options_are_refused_naming_the_option() {
     // Through the registry, from a run config's options.
     let spec = ComponentSpec::new("math_rule").with_option("symbolic_points", 0);
     let err = RewardRegistry::with_builtins().build(&spec).unwrap_err();
-    assert!(err.to_string().contains("math_rule.symbolic_points"), "{err}");
+    assert!(
+        err.to_string().contains("math_rule.symbolic_points"),
+        "{err}"
+    );
     assert!(base.validate().is_ok());
     // A tolerance that is NaN in a hand-built `Tolerance` makes irrational values unequal
     // rather than equal.

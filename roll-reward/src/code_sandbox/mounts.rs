@@ -37,7 +37,9 @@ pub(crate) fn parse_mountinfo(text: &str) -> Result<Vec<MountEntry>, String> {
         let bad = |what: &str| format!("mountinfo line {}: {what}: {line:?}", n + 1);
         let fields: Vec<&str> = line.split(' ').collect();
         if fields.len() < 10 || !fields[6..].contains(&"-") {
-            return Err(bad("not `id parent dev root mount-point options … - type source …`"));
+            return Err(bad(
+                "not `id parent dev root mount-point options … - type source …`",
+            ));
         }
         let escaped = fields[4];
         let mount_point = unescape(escaped).ok_or_else(|| bad("a bad octal escape"))?;
@@ -170,7 +172,10 @@ mod tests {
             ("22 1 8:1 / / rw - ext4", "not `id"),
             ("22 1 8:1 / / rw shared:1 ext4 /dev/sda1 rw x", "not `id"),
             ("22 1 8:1 / /mnt/a\\04 rw - ext4 /dev/sda1 rw", "bad octal"),
-            ("22 1 8:1 / /mnt/a\\x41b rw - ext4 /dev/sda1 rw", "bad octal"),
+            (
+                "22 1 8:1 / /mnt/a\\x41b rw - ext4 /dev/sda1 rw",
+                "bad octal",
+            ),
             ("22 1 8:1 / relative rw - ext4 /dev/sda1 rw", "absolute"),
         ] {
             let err = parse_mountinfo(&format!("{SAMPLE}{bad}\n")).unwrap_err();

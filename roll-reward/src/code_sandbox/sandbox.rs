@@ -449,9 +449,9 @@ impl Sandbox {
                     )
                 })?;
                 let plan = RemountPlan::new(&parse_mountinfo(&table)?);
-                let files = staging.private_files().ok_or(
-                    "a confined run needs a private staging directory (Sandbox::stage)",
-                )?;
+                let files = staging
+                    .private_files()
+                    .ok_or("a confined run needs a private staging directory (Sandbox::stage)")?;
                 let mut cmd = Command::new(tool(&self.tools.unshare));
                 cmd.args(["--mount", "--ipc", "--pid", "--kill-child", "--mount-proc"]);
                 if !self.network {
@@ -707,7 +707,9 @@ mod tests {
         match Sandbox::probe(&CodeSandboxConfig::default()) {
             Ok(s) if s.isolation() == Isolation::Confined => Some(s),
             other => {
-                eprintln!("NOTE: confined sandbox unavailable, fail-closed checks skipped: {other:?}");
+                eprintln!(
+                    "NOTE: confined sandbox unavailable, fail-closed checks skipped: {other:?}"
+                );
                 None
             }
         }
@@ -726,7 +728,9 @@ mod tests {
 
     /// Runs `print('ran')` with the mount table read from `mountinfo` instead of the kernel's.
     fn run_with_mountinfo(sandbox: &Sandbox, mountinfo: &str) -> Result<RunOutcome, String> {
-        let dir = sandbox.stage(&[("mountinfo", mountinfo.as_bytes())]).unwrap();
+        let dir = sandbox
+            .stage(&[("mountinfo", mountinfo.as_bytes())])
+            .unwrap();
         let mut sandbox = sandbox.clone();
         sandbox.mountinfo = dir.files_dir().join("mountinfo");
         let args = [OsString::from("-c"), "print('ran')".into()];

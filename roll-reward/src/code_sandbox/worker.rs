@@ -192,11 +192,12 @@ fn run_harness(
     let per_case = config.time_limit().unwrap_or_default();
     let nonce = random_hex();
     // The spec names the solution's path, so it is written once the staging directory exists.
-    let staging = sandbox.stage(&[
-        ("solution.py", code.as_bytes()),
-        ("harness.py", HARNESS.as_bytes()),
-    ])
-    .map_err(|e| failed(format!("cannot create the run directory: {e}")))?;
+    let staging = sandbox
+        .stage(&[
+            ("solution.py", code.as_bytes()),
+            ("harness.py", HARNESS.as_bytes()),
+        ])
+        .map_err(|e| failed(format!("cannot create the run directory: {e}")))?;
     let solution = staging.path("solution.py");
     let mut spec = json!({
         "kind": suite.kind(),

@@ -532,10 +532,11 @@ impl Instruction {
                         .checked_sub(1)
                         .and_then(|i| paragraphs.get(i))
                         .is_some_and(|p| {
-                        let first = p.split_whitespace().next().unwrap_or("");
-                        let first: String = first.chars().filter(|c| c.is_alphanumeric()).collect();
-                        first.to_lowercase() == first_word.to_lowercase()
-                    })
+                            let first = p.split_whitespace().next().unwrap_or("");
+                            let first: String =
+                                first.chars().filter(|c| c.is_alphanumeric()).collect();
+                            first.to_lowercase() == first_word.to_lowercase()
+                        })
             }
             Self::Postscript(marker) => response
                 .find(marker.as_str())

@@ -249,8 +249,14 @@ mod tests {
         // ∞/∞ was NaN, ∞ out of ∞ likewise.
         assert_eq!(v(&format!("{huge}/{huge}")), None);
         assert_eq!(v(&format!("Score: {huge} out of {huge}")), None);
-        assert_eq!(parse_judge_score(&format!("[[{huge}]]"), f32::INFINITY), None);
-        assert_eq!(v(&format!("{huge}/{huge}, final score: 7")).map(|s| s.0), Some(0.7));
+        assert_eq!(
+            parse_judge_score(&format!("[[{huge}]]"), f32::INFINITY),
+            None
+        );
+        assert_eq!(
+            v(&format!("{huge}/{huge}, final score: 7")).map(|s| s.0),
+            Some(0.7)
+        );
     }
 
     #[test]

@@ -382,7 +382,9 @@ struct Number<'a> {
 impl<'a> Number<'a> {
     fn written(text: &'a str, value: Value) -> Self {
         let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
-        let decimal = DecimalLiteral::parse(unsigned).is_some().then_some(unsigned);
+        let decimal = DecimalLiteral::parse(unsigned)
+            .is_some()
+            .then_some(unsigned);
         Self { value, decimal }
     }
 
@@ -416,8 +418,8 @@ impl<'a> Number<'a> {
             return false;
         };
         // Exactly: in floats, a difference of 10^-400 would underflow and pass any tolerance.
-        let allowed = Rational::from_f64(relative)
-            .and_then(|rel| rel.checked_mul(&x.abs().max(d.abs())));
+        let allowed =
+            Rational::from_f64(relative).and_then(|rel| rel.checked_mul(&x.abs().max(d.abs())));
         match (x.checked_sub(d).map(|r| r.abs()), allowed) {
             (Some(diff), Some(allowed)) => diff <= half && diff <= allowed,
             _ => false,
@@ -526,7 +528,11 @@ fn sample_points(vars: &[String], n: usize) -> Vec<Vec<(String, Rational)>> {
     let d = POINT_DENOMINATOR;
     let mut points = Vec::with_capacity(2 * n);
     for k in 0..2 * n {
-        let (lo, hi) = if k < n { (-3 * d, 3 * d) } else { (d / 10, 3 * d) };
+        let (lo, hi) = if k < n {
+            (-3 * d, 3 * d)
+        } else {
+            (d / 10, 3 * d)
+        };
         let span = u64::try_from(hi - lo + 1).unwrap_or(1);
         let point = vars
             .iter()
@@ -573,5 +579,29 @@ mod tests {
         assert_eq!(eq("[1,2]", "[1,2)"), None);
         assert_eq!(eq("2x", "2y"), None);
         assert_eq!(eq("100000000000000001", "100000000000000000"), None);
+    }
+
+    #[test]
+    fn sets_are_matched_as_a_whole_not_greedily() {
+        // 0.1234567886 equals both gold items (one exactly, one as its rounding to 9 places);
+        // 0.1234567894 equals only 0.123456789. A greedy first fit pairs the first predicted
+        // item with 0.123456789 and then finds nothing for the second.
+        let (p, g) = (
+            r"\{0.1234567886, 0.1234567894\}",
+            r"\{0.123456789, 0.1234567886\}",
+        );
+        assert_eq!(eq(p, g), Some(Rule::Set));
+        assert_eq!(eq(g, p), Some(Rule::Set));
+        assert_eq!(eq(r"\{0.1234567894, 0.1234567894\}", g), None);
+    }
+
+    #[test]
+    fn decimals_equal_what_they_round() {
+        assert_eq!(eq("0.333333333", r"\frac13"), Some(Rule::Numeric));
+        assert_eq!(eq("-0.333333333", r"-\frac13"), Some(Rule::Numeric));
+        assert_eq!(eq("0.333", r"\frac13"), None); // too coarse for 1e-6
+        assert_eq!(eq("1.0000001", "1.0000002"), None); // neither rounds the other
+        assert_eq!(eq("3", "3.0000001"), None); // an integer is exact
+        assert_eq!(eq("1e-400", "0.0"), None); // within half a unit, not within 1e-6
     }
 }

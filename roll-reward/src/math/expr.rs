@@ -369,7 +369,11 @@ fn lex(input: &str) -> Result<Vec<Tok>, String> {
             '(' | '[' | '{' => push(&mut out, Tok::Open(c), &mut i),
             ')' | ']' | '}' => push(&mut out, Tok::Close(c), &mut i),
             '√' => push(&mut out, Tok::Sqrt, &mut i),
-            '∞' => push(&mut out, Tok::Num(Expr::Num(f64::INFINITY), "∞".into()), &mut i),
+            '∞' => push(
+                &mut out,
+                Tok::Num(Expr::Num(f64::INFINITY), "∞".into()),
+                &mut i,
+            ),
             other => return Err(format!("unexpected character {other:?}")),
         }
     }
@@ -610,9 +614,9 @@ impl Parser {
     /// Whether the next token begins an implicit factor (`2x`, `x(y)`, `3\sqrt{2}`).
     fn starts_primary(&self) -> bool {
         match self.peek() {
-            Some(Tok::Num(..) | Tok::Var(_) | Tok::Func(_) | Tok::Frac | Tok::Sqrt | Tok::Binom) => {
-                true
-            }
+            Some(
+                Tok::Num(..) | Tok::Var(_) | Tok::Func(_) | Tok::Frac | Tok::Sqrt | Tok::Binom,
+            ) => true,
             Some(Tok::Open(_)) => true,
             Some(Tok::Bar) => self.bars == 0,
             _ => false,

@@ -150,7 +150,11 @@ impl Rational {
         if self.abs() == Self::from_integer(1) {
             // ±1 to any power, however large: no work, no bound.
             let odd = e.bit(0); // two's complement: the low bit is the parity, sign or not
-            return Some(if odd { self.clone() } else { Self::from_integer(1) });
+            return Some(if odd {
+                self.clone()
+            } else {
+                Self::from_integer(1)
+            });
         }
         let n = e.abs().to_u64()?;
         let base = if e.is_negative() {
@@ -184,7 +188,11 @@ impl Rational {
         if !self.is_integer() || self.is_negative() {
             return None;
         }
-        let n = self.0.to_integer().to_u64().filter(|n| *n <= MAX_FACTORIAL)?;
+        let n = self
+            .0
+            .to_integer()
+            .to_u64()
+            .filter(|n| *n <= MAX_FACTORIAL)?;
         let product = (2..=n).fold(BigInt::one(), |acc, k| acc * k);
         Self::bounded(BigRational::from_integer(product))
     }
@@ -332,10 +340,7 @@ mod tests {
         assert!(two.checked_pow(&Rational::from_integer(9_000)).is_none());
         let big = two.checked_pow(&Rational::from_integer(8_000)).unwrap();
         assert!(big.checked_mul(&big).is_none());
-        assert_eq!(
-            Rational::ratio(9, 4).unwrap().sqrt(),
-            Rational::ratio(3, 2)
-        );
+        assert_eq!(Rational::ratio(9, 4).unwrap().sqrt(), Rational::ratio(3, 2));
         assert_eq!(two.sqrt(), None);
         assert_eq!(
             Rational::from_integer(5).factorial(),
@@ -354,6 +359,12 @@ mod tests {
         assert!(!Rational::zero().outside_f64());
         assert_eq!(q("0.1").to_f64(), 0.1);
         assert!(!q("0.1").outside_f64());
+        // The float 0.1 is not the decimal 0.1.
+        let float = Rational::from_f64(0.1).unwrap();
+        assert_ne!(float, q("0.1"));
+        assert_eq!(float.to_f64(), 0.1);
+        assert_eq!(Rational::from_f64(f64::NAN), None);
+        assert_eq!(Rational::from_f64(f64::INFINITY), None);
     }
 
     #[test]

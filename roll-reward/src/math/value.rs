@@ -152,9 +152,7 @@ fn constant(x: f64) -> Value {
     if x.is_nan() {
         Value::Undefined
     } else if x.is_infinite() {
-        Value::Infinite {
-            negative: x < 0.0,
-        }
+        Value::Infinite { negative: x < 0.0 }
     } else {
         Value::Approx {
             value: x,
@@ -267,7 +265,11 @@ fn binary(a: Value, b: Value, op: Op) -> Value {
         }
     };
     let nonzero_operands = x != 0.0 && (op == Op::Div || y != 0.0);
-    finish(r, error, matches!(op, Op::Mul | Op::Div) && nonzero_operands)
+    finish(
+        r,
+        error,
+        matches!(op, Op::Mul | Op::Div) && nonzero_operands,
+    )
 }
 
 /// A float result with its error bound, or [`Value::Unresolved`] when it overflowed, lost its
@@ -290,9 +292,7 @@ fn from_ieee(r: f64) -> Value {
     if r.is_nan() {
         Value::Undefined
     } else if r.is_infinite() {
-        Value::Infinite {
-            negative: r < 0.0,
-        }
+        Value::Infinite { negative: r < 0.0 }
     } else {
         Value::Approx {
             value: r,
@@ -359,7 +359,11 @@ fn call(f: Func, a: Value) -> Value {
                 return Value::Exact(root);
             }
         }
-        Value::Infinite { .. } => return a.ieee().map_or(Value::Unresolved, |x| from_ieee(f.apply(x))),
+        Value::Infinite { .. } => {
+            return a
+                .ieee()
+                .map_or(Value::Unresolved, |x| from_ieee(f.apply(x)));
+        }
         _ => {}
     }
     let Some((x, ex)) = a.float() else {
