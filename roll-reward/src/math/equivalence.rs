@@ -484,7 +484,8 @@ fn equation(a: (&str, &str), b: (&str, &str), tol: &Tolerance) -> bool {
         }
         let r = quotient.value(&point);
         match &ratio {
-            None if is_zero(&r) || !finite(&r) => return false,
+            None if !finite(&r) => continue, // unresolved here: no verdict
+            None if is_zero(&r) => return false,
             None => ratio = Some(r),
             Some(c) => match compare(c, &r, tol.relative) {
                 Agreement::Equal => {}

@@ -15,8 +15,8 @@ use num_traits::{One, Signed, ToPrimitive, Zero};
 use std::fmt;
 
 /// Most bits in the numerator or the denominator of a [`Rational`] (about 2,466 decimal
-/// digits): enough for every literal of a [`MAX_INPUT`](super::expr::MAX_INPUT)-byte answer and
-/// for powers like `2^{1000}`, small enough that one operation costs microseconds.
+/// digits): enough for every literal of an answer the parser accepts (2,000 bytes) and for
+/// powers like `2^{1000}`, small enough that one operation costs microseconds.
 pub const MAX_BITS: u64 = 8_192;
 
 /// Largest `n` whose `n!` is computed exactly (`1000!` has 8,530 bits, just over
