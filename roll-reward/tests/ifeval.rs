@@ -221,10 +221,230 @@ async fn think_blocks_are_not_checked() {
         .await,
         1.0
     );
+    // A think block never closed holds no answer: nothing to be lowercase.
     assert_eq!(
         value("validate_lowercase", &kwargs, "<think>never closed").await,
-        1.0 - 0.0
+        0.0
     );
+}
+
+/// Responses that say nothing: empty, blank, special tokens only, a think block and nothing
+/// after it, a think block never closed.
+const NOTHING: &[&str] = &[
+    "",
+    "   \n\t ",
+    "<|im_end|>",
+    "<|endoftext|><|im_end|>",
+    "<think>The answer could be yes.</think>",
+    "<think>The answer could be yes.</think>  \n<|im_end|>",
+    "<think>still thinking, never closed",
+    "<think>",
+];
+
+#[tokio::test]
+async fn saying_nothing_follows_no_instruction() {
+    let mut failures = Vec::new();
+    for (func, kwargs, _, _) in cases() {
+        for response in NOTHING {
+            if value(func, &kwargs, response).await != 0.0 {
+                failures.push(format!("{func} {kwargs} rewarded {response:?}"));
+            }
+        }
+    }
+    // With partial credit too: no fraction of the instructions is followed by nothing.
+    let truth = json!([
+        {"func_name": "validate_lowercase"},
+        {"func_name": "validate_uppercase"},
+        {"func_name": "validate_no_commas"},
+        {"func_name": "validate_forbidden_words", "kwargs": {"forbidden_words": ["bad"]}},
+        {"func_name": "verify_keyword_frequency", "kwargs": {"word": "cat", "N": 0}},
+        {"func_name": "validate_frequency_capital_words", "kwargs": {"N": 1, "quantifier": "at most"}},
+        {"func_name": "validate_word_constraint", "kwargs": {"N": 10, "quantifier": "at most"}},
+    ])
+    .to_string();
+    let partial = IfEvalWorker::new(IfEvalConfig {
+        partial_credit: true,
+    });
+    for response in NOTHING {
+        let r = partial
+            .score(&sample("ifeval", response, Some(&truth)))
+            .await
+            .unwrap();
+        if r.value != 0.0 {
+            failures.push(format!("partial credit {} for {response:?}", r.value));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[tokio::test]
+async fn negative_instructions_need_content_of_their_own() {
+    // (func_name, kwargs, content-free response, response with content that follows it)
+    let cases = [
+        (
+            "validate_lowercase",
+            json!({}),
+            "123 ... !!!",
+            "all lower 123",
+        ),
+        (
+            "validate_uppercase",
+            json!({}),
+            "123 ... !!!",
+            "ALL UPPER 123",
+        ),
+        (
+            "validate_no_commas",
+            json!({}),
+            "... !!! ?",
+            "no commas here",
+        ),
+        (
+            "validate_forbidden_words",
+            json!({"forbidden_words": ["bad"]}),
+            "... !!!",
+            "all good",
+        ),
+        ("validate_quotation", json!({}), "\"  \"", "\"quoted\""),
+    ];
+    for (func, kwargs, empty, full) in &cases {
+        assert_eq!(value(func, kwargs, empty).await, 0.0, "{func} on {empty:?}");
+        assert_eq!(value(func, kwargs, full).await, 1.0, "{func} on {full:?}");
+    }
+}
+
+#[tokio::test]
+async fn degenerate_ground_truths_are_refused_naming_the_field() {
+    // (func_name, kwargs, what the error must name)
+    let cases = [
+        (
+            "verify_keywords",
+            json!({"keyword_list": []}),
+            "`keyword_list` is an empty list",
+        ),
+        (
+            "verify_keywords",
+            json!({"keyword_list": ["tea", " "]}),
+            "`keyword_list` has an empty entry at index 1",
+        ),
+        (
+            "verify_keyword_frequency",
+            json!({"word": "", "N": 1}),
+            "`word` is empty",
+        ),
+        (
+            "verify_keyword_frequency",
+            json!({"word": "two words", "N": 1}),
+            "`word` \"two words\" is not a single word",
+        ),
+        (
+            "validate_forbidden_words",
+            json!({"forbidden_words": []}),
+            "`forbidden_words` is an empty list",
+        ),
+        (
+            "validate_forbidden_words",
+            json!({"forbidden_words": [""]}),
+            "`forbidden_words` has an empty entry",
+        ),
+        (
+            "verify_letter_frequency",
+            json!({"letter": "1", "N": 1}),
+            "`letter` '1' is not a letter",
+        ),
+        ("verify_paragraph_count", json!({"N": 0}), "`N` is 0"),
+        (
+            "validate_word_constraint",
+            json!({"N": 0, "quantifier": "at most"}),
+            "`N` is 0",
+        ),
+        (
+            "validate_word_constraint",
+            json!({"N": 0, "quantifier": "at least"}),
+            "`N` is 0",
+        ),
+        (
+            "verify_sentence_constraint",
+            json!({"N": 0, "quantifier": "around"}),
+            "`N` is 0",
+        ),
+        (
+            "validate_paragraphs",
+            json!({"N": 0, "first_word": "a", "i": 1}),
+            "`N` is 0",
+        ),
+        (
+            "validate_paragraphs",
+            json!({"N": 2, "first_word": " ", "i": 1}),
+            "`first_word` is empty",
+        ),
+        (
+            "validate_paragraphs",
+            json!({"N": 2, "first_word": "a", "i": 0}),
+            "`i` = 0",
+        ),
+        (
+            "verify_postscript",
+            json!({"postscript_marker": ""}),
+            "`postscript_marker` is empty",
+        ),
+        ("validate_placeholders", json!({"N": 0}), "`N` is 0"),
+        ("verify_bullet_points", json!({"N": 0}), "`N` is 0"),
+        (
+            "validate_choice",
+            json!({"options": []}),
+            "`options` is an empty list",
+        ),
+        (
+            "validate_choice",
+            json!({"options": ["yes", ""]}),
+            "`options` has an empty entry at index 1",
+        ),
+        ("validate_highlighted_sections", json!({"N": 0}), "`N` is 0"),
+        (
+            "validate_sections",
+            json!({"N": 0, "section_splitter": "Section"}),
+            "`N` is 0",
+        ),
+        (
+            "validate_sections",
+            json!({"N": 2, "section_splitter": ""}),
+            "`section_splitter` is empty",
+        ),
+        (
+            "validate_repeat_prompt",
+            json!({"original_prompt": "  "}),
+            "`original_prompt` is empty",
+        ),
+        (
+            "validate_frequency_capital_words",
+            json!({"N": 0, "quantifier": "at least"}),
+            "`N` is 0 with `quantifier` \"at least\"",
+        ),
+        (
+            "validate_end",
+            json!({"end_phrase": ""}),
+            "`end_phrase` is empty",
+        ),
+    ];
+    for (func, kwargs, field) in &cases {
+        let truth = json!({"func_name": func, "kwargs": kwargs}).to_string();
+        let err = parse_instructions(&truth).unwrap_err().to_string();
+        assert!(err.contains(func) && err.contains(field), "{truth}: {err}");
+        // The worker refuses the sample (an error, not a reward) for any response.
+        let scored = IfEvalWorker::default()
+            .score(&sample("ifeval", "Some answer, with words.", Some(&truth)))
+            .await;
+        assert!(scored.is_err(), "{truth} was scored");
+    }
+    // Zero is meaningful where it is a prohibition.
+    for ok in [
+        json!({"func_name": "verify_keyword_frequency", "kwargs": {"word": "cat", "N": 0}}),
+        json!({"func_name": "verify_letter_frequency", "kwargs": {"letter": "z", "N": 0}}),
+        json!({"func_name": "validate_frequency_capital_words", "kwargs": {"N": 0, "quantifier": "at most"}}),
+    ] {
+        assert!(parse_instructions(&ok.to_string()).is_ok(), "{ok}");
+    }
 }
 
 #[test]

@@ -51,6 +51,45 @@ async fn renders_the_prompt_and_reads_the_score() {
 }
 
 #[tokio::test]
+async fn an_empty_answer_scores_zero_without_asking_the_judge() {
+    // A judge that would give full marks to anything.
+    let policy = Arc::new(ScriptedPolicy::fixed("Score: 10/10"));
+    for include_thinking in [false, true] {
+        let j = judge(
+            policy.clone(),
+            LlmJudgeConfig {
+                include_thinking,
+                ..Default::default()
+            },
+        );
+        for response in [
+            "",
+            "  \n ",
+            "<|im_end|>",
+            "<think>It is 4.</think>",
+            "<think>It is 4.</think> <|endoftext|>",
+            "<think>It is 4, still thinking",
+        ] {
+            let r = j.score(&sample("chat", response, Some("4"))).await.unwrap();
+            assert_eq!(
+                (r.value, r.details["judge_form"].as_str()),
+                (0.0, "empty"),
+                "{response:?}"
+            );
+        }
+    }
+    assert_eq!(
+        policy.calls.load(Ordering::SeqCst),
+        0,
+        "the judge was asked"
+    );
+    let j = judge(policy.clone(), LlmJudgeConfig::default());
+    let r = j.score(&sample("chat", "4", Some("4"))).await.unwrap();
+    assert_eq!(r.value, 1.0);
+    assert_eq!(policy.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn unparsable_outputs_are_errors_unless_a_fallback_is_set() {
     let policy = Arc::new(ScriptedPolicy::fixed("I cannot decide."));
     let strict = judge(policy.clone(), LlmJudgeConfig::default());
@@ -217,6 +256,35 @@ async fn the_registry_builds_a_judge_when_given_one() {
     );
 }
 
+/// `9…9/9…9` with 400 nines on each side.
+const LONG_FRACTION: &str = concat!(
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "/",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+    "99999999999999999999999999999999999999999999999999999999999999999999999999999999",
+);
+
+/// `Score: 1…1 out of 1…1`, each 320 digits.
+const LONG_OUT_OF: &str = concat!(
+    "Score: ",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    " out of ",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+    "11111111111111111111111111111111111111111111111111111111111111111111111111111111",
+);
+
 #[test]
 fn score_parser_table() {
     let cases: &[ParserCase] = &[
@@ -261,6 +329,9 @@ fn score_parser_table() {
         ("Score: 11", 10.0, None),
         ("It depends.", 10.0, None),
         ("", 10.0, None),
+        // Digit runs too long for f64 are infinite: ∞/∞ would be a NaN score.
+        (LONG_FRACTION, 10.0, None),
+        (LONG_OUT_OF, 10.0, None),
     ];
     for (text, max, want) in cases {
         let got = parse_judge_score(text, *max).map(|s| (s.value, s.form));

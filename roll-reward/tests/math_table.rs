@@ -1,7 +1,9 @@
 //! The math rule verifier on a table of (response, ground truth, expected) cases covering every
 //! answer form it understands, and the tricky negatives.
 
-use roll_reward::math::MathRuleWorker;
+use roll_core::config::ComponentSpec;
+use roll_reward::math::{MAX_POINTS, MathRuleConfig, MathRuleWorker, Tolerance, equivalent};
+use roll_reward::router::RewardRegistry;
 
 /// (response, ground truth, expected correct, expected rule or "none").
 const CASES: &[(&str, &str, bool, &str)] = &[
@@ -253,6 +255,182 @@ fn degenerate_responses_stay_cheap() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// Wrong answers that `f64` arithmetic let through, by class: (class, predicted, gold, equal).
+/// Each `false` row was scored correct before exact arithmetic; the `true` rows keep what must
+/// still match.
+const HOSTILE: &[(&str, &str, &str, bool)] = &[
+    // Both sides overflow f64 to ∞.
+    ("overflow", "10^{400}", "10^{500}", false),
+    ("overflow", "2^{2000}", "3^{2000}", false),
+    ("overflow", "1e400", "1e500", false),
+    ("overflow", "(10^{200})^{2}", "10^{401}", false),
+    ("overflow", "10^{400}", r"\infty", false),
+    ("overflow", "e^{1000}", r"\infty", false),
+    ("overflow", "e^{1000}", "e^{1001}", false),
+    ("overflow", "-10^{400}", r"-\infty", false),
+    ("overflow", "10^{400}", "100^{200}", true),
+    ("overflow", "1e400", "10^{400}", true),
+    // Both sides underflow to 0.
+    ("underflow", "10^{-400}", "0", false),
+    ("underflow", "10^{-400}", "10^{-500}", false),
+    ("underflow", "e^{-1000}", "0", false),
+    ("underflow", r"\frac{1}{10^{400}}", "0", false),
+    ("underflow", "1e-400", "0.0", false),
+    ("underflow", r"\pi^{-1000}", "0", false),
+    ("underflow", "10^{-400}", "0.1^{400}", true),
+    // A small added term under the old absolute tolerance (1e-9).
+    ("small term", "x + 10^{-10}", "x", false),
+    ("small term", "x^2 + 0.000000001", "x^2", false),
+    ("small term", r"x + \frac{x}{10^{12}}", "x", false),
+    (
+        "small term",
+        r"\frac{\sin x}{10^{6}} + 10^{-10}",
+        r"\frac{\sin x}{10^{6}}",
+        false,
+    ),
+    ("small term", "x + y = 1 + 10^{-12}", "x + y = 1", false),
+    ("small term", "(x+1)^2", "x^2+2x+1", true),
+    ("small term", r"\sin(x + \pi)", r"-\sin(x)", true),
+    ("small term", r"\frac{x^2-1}{x-1}", "x+1", true),
+    // Infinities keep their sign, in every notation.
+    ("signed infinity", r"-\infty", r"\infty", false),
+    ("signed infinity", "-inf", "inf", false),
+    ("signed infinity", "-infinity", "infinity", false),
+    ("signed infinity", r"[1, \infty)", r"[1, -\infty)", false),
+    ("signed infinity", "-ab", "ab", false),
+    ("signed infinity", "-∞", r"-\infty", true),
+    (
+        "signed infinity",
+        r"(-\infty, 0.5]",
+        r"(-\infty, \frac{1}{2}]",
+        true,
+    ),
+    // Undefined values equal nothing, not even themselves.
+    ("nan", r"\frac{0}{0}", r"\frac{0}{0}", false),
+    ("nan", "0/0", r"\frac{0}{0}", false),
+    ("nan", r"\frac{1}{0}", r"\frac{2}{0}", false),
+    ("nan", r"\infty - \infty", r"\infty - \infty", false),
+    ("nan", r"\ln(-1)", r"\ln(-2)", false),
+    ("nan", r"\sqrt{-1}", r"\sqrt{-1}", false),
+    ("nan", "0/0", "0", false),
+    // Exact numbers: different ones never equal; a decimal equals what it is a rounding of.
+    ("exact", "1.0000001", "1.0000002", false),
+    ("exact", "12345678.9", "12345679", false),
+    ("exact", "9007199254740993", "9007199254740992", false),
+    ("exact", "0.333", r"\frac13", false),
+    ("exact", "0.333333333", r"\frac13", true),
+    ("exact", "0.1+0.2", "0.3", true),
+    ("exact", "6.02e23", r"6.02 \times 10^{23}", true),
+];
+
+#[test]
+fn hostile_answers_by_class() {
+    let tol = Tolerance::default();
+    let mut failures = Vec::new();
+    for (class, p, g, want) in HOSTILE {
+        for (a, b) in [(p, g), (g, p)] {
+            let got = equivalent(a, b, &tol);
+            if got.is_some() != *want {
+                failures.push(format!("{class}: {a:?} vs {b:?}: got {got:?}, want {want}"));
+            }
+        }
+        // Through the worker, as a boxed answer.
+        let v = MathRuleWorker::default().verify(&format!(r"\boxed{{{p}}}"), g);
+        if v.correct != *want {
+            failures.push(format!("{class}: worker on {p:?} vs {g:?}: {:?}", v.rule));
+        }
+    }
+    for class in [
+        "overflow",
+        "underflow",
+        "small term",
+        "signed infinity",
+        "nan",
+        "exact",
+    ] {
+        assert!(HOSTILE.iter().any(|c| c.0 == class), "no case of {class}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn bad_options_are_refused_naming_the_option() {
+    let base = MathRuleConfig::default();
+    let cases: Vec<(MathRuleConfig, &str)> = vec![
+        (
+            MathRuleConfig {
+                relative_tolerance: f64::NAN,
+                ..base.clone()
+            },
+            "math_rule.relative_tolerance",
+        ),
+        (
+            MathRuleConfig {
+                relative_tolerance: f64::INFINITY,
+                ..base.clone()
+            },
+            "math_rule.relative_tolerance",
+        ),
+        (
+            MathRuleConfig {
+                relative_tolerance: -1e-6,
+                ..base.clone()
+            },
+            "math_rule.relative_tolerance",
+        ),
+        (
+            MathRuleConfig {
+                relative_tolerance: 1.0,
+                ..base.clone()
+            },
+            "math_rule.relative_tolerance",
+        ),
+        (
+            MathRuleConfig {
+                symbolic_points: 0,
+                ..base.clone()
+            },
+            "math_rule.symbolic_points",
+        ),
+        (
+            MathRuleConfig {
+                symbolic_points: 2,
+                ..base.clone()
+            },
+            "math_rule.symbolic_points",
+        ),
+        (
+            MathRuleConfig {
+                symbolic_points: MAX_POINTS + 1,
+                ..base.clone()
+            },
+            "math_rule.symbolic_points",
+        ),
+    ];
+    for (config, key) in cases {
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains(key), "{config:?}: {err}");
+        let err = MathRuleWorker::new(config).unwrap_err().to_string();
+        assert!(err.contains(key), "{err}");
+    }
+    // Through the registry, from a run config's options.
+    let spec = ComponentSpec::new("math_rule").with_option("symbolic_points", 0);
+    let err = RewardRegistry::with_builtins().build(&spec).unwrap_err();
+    assert!(
+        err.to_string().contains("math_rule.symbolic_points"),
+        "{err}"
+    );
+    assert!(base.validate().is_ok());
+    // A tolerance that is NaN in a hand-built `Tolerance` makes irrational values unequal
+    // rather than equal.
+    let nan = Tolerance {
+        relative: f64::NAN,
+        points: 8,
+    };
+    assert_eq!(equivalent(r"\sqrt{2}", "1.41421356", &nan), None);
+    assert!(equivalent("0.75", r"\frac34", &nan).is_some()); // exact needs no tolerance
 }
 
 mod properties {

@@ -322,6 +322,86 @@ if input() == "strict":
     g.assert_clean().await;
 }
 
+/// Two samples run at the same time, as the same uid, each looking for the other's staging
+/// directory and trying to read its solution: each must find the directory and read nothing.
+#[tokio::test]
+async fn concurrent_samples_cannot_read_each_others_files() {
+    let g = guard().await;
+    let w = worker(CodeSandboxConfig {
+        time_limit_s: 6.0,
+        ..config()
+    });
+    if !confined(&w, "privacy").await {
+        return;
+    }
+    let tmp = std::env::temp_dir().to_string_lossy().into_owned();
+    let program = |secret: &str| {
+        format!(
+            r#"
+import os, time
+SECRET = "{secret}"
+tmp = {tmp:?}
+mine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+others, leaked = set(), []
+deadline = time.time() + 2.5
+while time.time() < deadline and not leaked:
+    for name in os.listdir(tmp):
+        root = os.path.join(tmp, name)
+        if not name.startswith("roll-sandbox-") or root == mine:
+            continue
+        others.add(name)
+        for rel in ("src/solution.py", "private/src/solution.py", "src", "private", "private/src", "work"):
+            path = os.path.join(root, rel)
+            try:
+                if os.path.isdir(path):
+                    leaked += [f for f in os.listdir(path)]
+                else:
+                    leaked.append(open(path).read())
+            except OSError:
+                pass
+    time.sleep(0.05)
+print("saw others" if others else "alone", "read nothing" if not leaked else "read " + repr(leaked)[:300])
+"#
+        )
+    };
+    let truth = stdio(&[("", "saw others read nothing")]);
+    let (code_a, code_b) = (program("SECRET-A"), program("SECRET-B"));
+    let (a, b) = tokio::join!(score(&w, &code_a, &truth), score(&w, &code_b, &truth));
+    for r in [&a, &b] {
+        assert_eq!(r.value, 1.0, "{:?}", r.details);
+        assert_eq!(r.details["isolation"], "confined");
+    }
+    g.assert_clean().await;
+}
+
+/// Proc, sysfs, cgroup and devpts included: every mount the program can reach is read-only but
+/// its work directory and /dev/shm (statvfs sees the topmost mount at each path).
+#[tokio::test]
+async fn every_mount_but_the_work_directory_is_read_only() {
+    let g = guard().await;
+    let w = worker(config());
+    if !confined(&w, "read-only mounts").await {
+        return;
+    }
+    let code = r#"
+import os
+writable = set()
+for line in open("/proc/self/mountinfo"):
+    mount_point = line.split(" ")[4].encode().decode("unicode_escape")
+    if mount_point in (os.getcwd(), "/dev/shm"):
+        continue
+    try:
+        if not os.statvfs(mount_point).f_flag & os.ST_RDONLY:
+            writable.add(mount_point)
+    except OSError:
+        pass
+print(sorted(writable))
+"#;
+    let r = score(&w, code, &stdio(&[("", "[]")])).await;
+    assert_eq!(r.value, 1.0, "{:?}", r.details);
+    g.assert_clean().await;
+}
+
 #[tokio::test]
 async fn a_shell_cannot_start_by_default_and_is_confined_when_allowed() {
     let g = guard().await;

@@ -13,8 +13,12 @@
 //! ```text
 //! unshare --mount --ipc --pid --kill-child --mount-proc [--net] -- sh -c SCRIPT
 //!   SCRIPT (root, pid 1 of the new pid namespace):
-//!     every mount remounted read-only (private to the namespace), but proc, sysfs, cgroup
-//!     and devpts, where the kernel's own permission checks govern writes
+//!     every writable mount point remounted read-only (private to the namespace) — proc,
+//!     sysfs, cgroup and devpts included — from a plan that Rust reads from
+//!     /proc/self/mountinfo (escaped paths such as `my\040disk` unescaped); then a check that
+//!     no writable mount is left that the plan does not know. Any failure stops the setup:
+//!     the program never starts
+//!     this run's files bind-mounted read-only from the root-only staging directory
 //!     a fresh tmpfs of `disk_limit_mb` owned by the sandbox user on the run's work directory,
 //!     another on /dev/shm
 //!     setpriv --reuid=UID --regid=GID --clear-groups --no-new-privs --bounding-set=-all
@@ -30,7 +34,8 @@
 //! | CPU time | `RLIMIT_CPU` (SIGXCPU) |
 //! | memory | `RLIMIT_AS` per process (`MemoryError`); with `max_processes` = n the total is at most n × the limit |
 //! | processes and threads (`max_processes`, default 1: no fork, no shell, no thread) | `RLIMIT_NPROC`, which the kernel enforces only because the code runs as the unprivileged `uid` (default 65534, `nobody`) — it is never enforced for root. The count is per user, so concurrent sandboxes with the same `uid` share it (a program that forks may fail while another sandbox is busy; default programs never fork) |
-//! | file writes | the whole file system is read-only in the namespace; the only writable places are the private tmpfs work directory (`disk_limit_mb`) and /dev/shm, both freed when the namespace dies; `RLIMIT_FSIZE` per file. The host-side staging directory (solution and harness files, read-only to the program) is removed after the run |
+//! | file writes | every mount is read-only in the namespace (a mount that cannot be remounted read-only, or a writable one the plan missed, refuses the run); the only writable places are the private tmpfs work directory (`disk_limit_mb`) and /dev/shm, both freed when the namespace dies; `RLIMIT_FSIZE` per file. The host-side staging directory is removed after the run |
+//! | other runs' files | each run's files (solution, harness, test spec) lie in a directory only root may enter (`private/`, 0700); a run sees its own through a read-only bind mount in its own mount namespace, and finds every other run's empty — though all runs share the uid |
 //! | privileges | `setpriv` drops to `uid`/`gid` with no supplementary groups, an empty capability bounding set and `no_new_privs` (setuid binaries do not elevate) |
 //! | network (unless `allow_network`) | a new network namespace: only a loopback interface, down; nothing of the host's network, its loopback included, is reachable |
 //! | processes of the host | a new pid namespace with its own /proc: the program sees and can signal only its own processes |
@@ -43,7 +48,9 @@
 //!
 //! The first use runs a probe program through the whole chain and caches the answer. Confined
 //! mode needs root (or `CAP_SYS_ADMIN` and `CAP_SETUID`), user `uid`, and util-linux's
-//! `unshare`, `setpriv`, `prlimit` and `mount`. When the probe fails, every sample fails with
+//! `unshare`, `setpriv`, `prlimit` and `mount`; the probe also checks that /tmp is read-only
+//! and the staging directories closed to the sandbox user. When the probe fails, every sample
+//! fails with
 //! [`RewardError::SandboxUnavailable`](crate::RewardError::SandboxUnavailable), naming what is
 //! missing — code never runs unconfined silently, and no sample is scored 0 for it. With
 //! `allow_unconfined = true` the worker instead runs code with only `prlimit` and a process
@@ -54,7 +61,8 @@
 //!
 //! # What is not confined
 //!
-//! Reads: the program can read whatever `uid` may read on the host (world-readable files).
+//! Reads: the program can read whatever `uid` may read on the host (world-readable files), but
+//! not another run's files.
 //! Assert-style tests run inside the program's interpreter, so a program written to tamper with
 //! the harness could fake them (as with ROLL's and HumanEval's checkers); stdin/stdout and
 //! `call` results are compared outside the sandbox, and the expected values of `call` cases never
@@ -75,6 +83,7 @@
 mod config;
 mod extract;
 mod harness;
+mod mounts;
 mod sandbox;
 mod suite;
 mod verdict;

@@ -6,6 +6,7 @@
 //! interpreter reads.
 
 use super::config::CodeSandboxConfig;
+use super::mounts::{RemountPlan, parse_mountinfo};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{Read, Write};
@@ -21,20 +22,35 @@ use std::time::{Duration, Instant};
 /// the program does can come before it, so its presence proves the setup succeeded.
 const READY: &[u8] = b"roll-sandbox-ready\n";
 
-/// Run as root, pid 1 of the new pid namespace: make every mount read-only (but kernel
-/// pseudo-filesystems whose writes the kernel's own permissions govern), mount two fresh
-/// private tmpfs (the working directory and /dev/shm), then start the program as the sandbox
-/// user under rlimits. It does not `exec` the last command, so it stays pid 1 (root, killed by
-/// `unshare --kill-child` when `unshare` dies) and the namespace dies with it.
+/// Run as root, pid 1 of the new pid namespace: make every mount read-only, expose only this
+/// run's files, mount two fresh private tmpfs (the working directory and /dev/shm), then start
+/// the program as the sandbox user under rlimits. It does not `exec` the last command, so it
+/// stays pid 1 (root, killed by `unshare --kill-child` when `unshare` dies) and the namespace
+/// dies with it.
+///
+/// Arguments: work dir, tmpfs size, uid, gid, setpriv, prlimit, the program's view of its files
+/// (an empty directory on the host), the private directory holding them (0700 root), the number
+/// of mount points to remount, those mount points, the escaped list of known mount points, then
+/// the prlimit command line. Fails closed: any mount that cannot be remounted read-only, and any
+/// writable mount the plan does not know, stops the setup before the ready line, so the program
+/// never runs.
 const CONFINED_SCRIPT: &str = r#"set -e
-work=$1; size=$2; uid=$3; gid=$4; setpriv=$5; prlimit=$6; shift 6
+work=$1; size=$2; uid=$3; gid=$4; setpriv=$5; prlimit=$6; view=$7; files=$8; n=$9; shift 9
+fail() { printf 'roll-sandbox: %s\n' "$1" >&2; exit 97; }
 mount --make-rprivate /
-mount -o remount,bind,ro /
-while read -r _ mnt type opts _; do
-  case "$type" in proc|sysfs|cgroup|cgroup2|devpts) continue;; esac
+i=0
+while [ "$i" -lt "$n" ]; do
+  mount -o remount,bind,ro "$1" 2>/dev/null || fail "cannot remount '$1' read-only"
+  shift; i=$((i + 1))
+done
+known=$1; shift
+while read -r _ _ _ _ mnt opts _; do
   case ",$opts," in *,ro,*) continue;; esac
-  mount -o remount,bind,ro "$mnt" 2>/dev/null || true
-done < /proc/self/mounts
+  case " $known " in *" $mnt "*) continue;; esac
+  fail "the mount point $mnt is writable and was not remounted"
+done < /proc/self/mountinfo
+mount --bind "$files" "$view" || fail "cannot expose the program's files"
+mount -o remount,bind,ro "$view" || fail "cannot make the program's files read-only"
 mount -t tmpfs -o "size=$size,mode=0700,uid=$uid,gid=$gid,nosuid,nodev" roll-sandbox "$work"
 if [ -d /dev/shm ]; then mount -t tmpfs -o "size=$size,mode=1777,nosuid,nodev" roll-sandbox /dev/shm; fi
 cd "$work"
@@ -56,7 +72,7 @@ exec "$@"
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isolation {
     /// Namespaces (mount, pid, ipc, network), a read-only file system but for a private tmpfs,
-    /// an unprivileged user, rlimits.
+    /// its own files only, an unprivileged user, rlimits.
     Confined,
     /// rlimits and a process group only, as the current user (opt-in `allow_unconfined`).
     Unconfined,
@@ -175,9 +191,15 @@ pub(crate) struct Sandbox {
     uid: u32,
     gid: u32,
     network: bool,
+    /// Where the mount table is read from (`/proc/self/mountinfo`; a test points it at a file
+    /// with a mount that cannot be remounted).
+    mountinfo: PathBuf,
     /// Why the confined mode was not used, in unconfined mode.
     pub fallback_reason: Option<String>,
 }
+
+/// The kernel's mount table of this process, which a new mount namespace copies.
+const MOUNTINFO: &str = "/proc/self/mountinfo";
 
 impl Sandbox {
     /// Finds the tools and runs a probe program: confined first, unconfined when that fails and
@@ -201,6 +223,7 @@ impl Sandbox {
             uid: config.uid,
             gid: config.gid,
             network: config.allow_network,
+            mountinfo: PathBuf::from(MOUNTINFO),
             fallback_reason: None,
         };
         let confined = sandbox.check_tools().and_then(|()| sandbox.probe_run());
@@ -252,7 +275,10 @@ impl Sandbox {
     }
 
     fn probe_run(&self) -> Result<(), String> {
-        let staging = Staging::new(&[]).map_err(|e| e.to_string())?;
+        const MARK: &str = "roll-sandbox-probe-file";
+        let staging = self
+            .stage(&[("probe.txt", MARK.as_bytes())])
+            .map_err(|e| e.to_string())?;
         let limits = Limits {
             wall: Duration::from_secs(10),
             cpu_s: 10,
@@ -261,22 +287,35 @@ impl Sandbox {
             disk_bytes: 1 << 20,
             output_bytes: 4096,
         };
-        // Confined, /tmp (world-writable on the host) must be read-only; unconfined, it is not
-        // tried.
+        // Confined: /tmp (world-writable on the host) must be read-only, the run's own file
+        // readable, and the private directory that holds it closed to the sandbox user (so
+        // another run's files are too). Unconfined: only the file is read.
         let probe_file = format!("/tmp/roll-sandbox-probe-{}", std::process::id());
-        let program = match self.isolation {
-            Isolation::Confined => format!(
-                "import os\nprint(os.getuid())\ntry:\n    open('{probe_file}', 'w')\n    \
-                 print('tmp writable')\nexcept OSError as e:\n    print('tmp errno', e.errno)\n"
-            ),
-            Isolation::Unconfined => "import os\nprint(os.getuid())\n".to_owned(),
-        };
-        let args = [
+        let program = "import os, sys\n\
+                       print(os.getuid())\n\
+                       print(open(sys.argv[1]).read())\n\
+                       if len(sys.argv) > 2:\n\
+                       \x20   try:\n\
+                       \x20       open(sys.argv[2], 'w')\n\
+                       \x20       print('tmp writable')\n\
+                       \x20   except OSError as e:\n\
+                       \x20       print('tmp errno', e.errno)\n\
+                       \x20   try:\n\
+                       \x20       os.listdir(sys.argv[3])\n\
+                       \x20       print('private readable')\n\
+                       \x20   except OSError as e:\n\
+                       \x20       print('private errno', e.errno)\n";
+        let mut args = vec![
             OsString::from("-I"),
             "-B".into(),
             "-c".into(),
             program.into(),
+            staging.path("probe.txt").into(),
         ];
+        if let (Isolation::Confined, Some(private)) = (self.isolation, staging.private_files()) {
+            args.push(probe_file.clone().into());
+            args.push(private.into());
+        }
         let out = self.run(&staging, &args, Vec::new(), &limits)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -287,19 +326,37 @@ impl Sandbox {
                 crate::text::shorten(stderr.trim(), 300)
             ));
         }
+        let lines: Vec<&str> = stdout.lines().collect();
+        if lines.get(1) != Some(&MARK) {
+            return Err(format!(
+                "the probe could not read its own file (probe: {lines:?})"
+            ));
+        }
         if self.isolation == Isolation::Confined {
-            let lines: Vec<&str> = stdout.lines().collect();
             if lines.first() != Some(&self.uid.to_string().as_str()) {
                 return Err(format!("the probe ran as uid {lines:?}, not {}", self.uid));
             }
-            if lines.get(1) != Some(&"tmp errno 30") {
+            if lines.get(2) != Some(&"tmp errno 30") {
                 let _ = fs::remove_file(&probe_file);
                 return Err(format!(
                     "the file system is not read-only inside the sandbox (probe: {lines:?})"
                 ));
             }
+            if lines.get(3) != Some(&"private errno 13") {
+                return Err(format!(
+                    "the staging directories are not private to their run (probe: {lines:?})"
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// A staging directory for one run with `files`: private to the run when confined.
+    ///
+    /// # Errors
+    /// Creating the directory or writing a file failed.
+    pub fn stage(&self, files: &[(&str, &[u8])]) -> std::io::Result<Staging> {
+        Staging::new(files, self.isolation == Isolation::Confined)
     }
 
     /// How programs are isolated.
@@ -319,7 +376,7 @@ impl Sandbox {
         stdin: Vec<u8>,
         limits: &Limits,
     ) -> Result<RunOutcome, String> {
-        let mut cmd = self.command(staging, args, limits);
+        let mut cmd = self.command(staging, args, limits)?;
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -350,7 +407,18 @@ impl Sandbox {
         }
     }
 
-    fn command(&self, staging: &Staging, args: &[OsString], limits: &Limits) -> Command {
+    /// The command line of one run. Confined, it carries the remount plan read from the mount
+    /// table now (what the namespace will copy).
+    ///
+    /// # Errors
+    /// The mount table cannot be read or parsed: the run is refused rather than started with
+    /// mounts left writable.
+    fn command(
+        &self,
+        staging: &Staging,
+        args: &[OsString],
+        limits: &Limits,
+    ) -> Result<Command, String> {
         let tool = |p: &Option<PathBuf>| p.clone().unwrap_or_default().into_os_string();
         let mut prlimit: Vec<OsString> = vec![
             format!("--nproc={}", limits.nproc).into(),
@@ -374,6 +442,16 @@ impl Sandbox {
         ];
         match self.isolation {
             Isolation::Confined => {
+                let table = fs::read_to_string(&self.mountinfo).map_err(|e| {
+                    format!(
+                        "cannot read the mount table {}: {e}",
+                        self.mountinfo.display()
+                    )
+                })?;
+                let plan = RemountPlan::new(&parse_mountinfo(&table)?);
+                let files = staging
+                    .private_files()
+                    .ok_or("a confined run needs a private staging directory (Sandbox::stage)")?;
                 let mut cmd = Command::new(tool(&self.tools.unshare));
                 cmd.args(["--mount", "--ipc", "--pid", "--kill-child", "--mount-proc"]);
                 if !self.network {
@@ -384,8 +462,13 @@ impl Sandbox {
                     .arg("-c")
                     .arg(CONFINED_SCRIPT)
                     .args(script_args)
+                    .arg(staging.view())
+                    .arg(files)
+                    .arg(plan.paths.len().to_string())
+                    .args(&plan.paths)
+                    .arg(&plan.known)
                     .args(prlimit);
-                cmd
+                Ok(cmd)
             }
             Isolation::Unconfined => {
                 let mut cmd = Command::new(&self.tools.sh);
@@ -394,7 +477,7 @@ impl Sandbox {
                     .args(script_args)
                     .arg(tool(&self.tools.prlimit))
                     .args(prlimit);
-                cmd
+                Ok(cmd)
             }
         }
     }
@@ -521,19 +604,33 @@ fn kill_group(child: &mut Child, kill: Option<&Path>) {
     let _ = child.wait();
 }
 
-/// A fresh host directory for one run: `src/` holds the program's files (read-only to the
-/// program), `work/` is its working directory (a private tmpfs in confined mode). Removed on
-/// drop.
+/// A fresh host directory for one run, removed on drop:
+///
+/// ```text
+/// roll-sandbox-<pid>-<n>-<random>/   0755 root
+///   src/                            0755, empty: where the program sees its files
+///   work/                           0755, empty: its working directory (a private tmpfs)
+///   private/                        0700 root: no one but root passes
+///     src/                          0755, the files (0644)
+/// ```
+///
+/// A confined run bind-mounts `private/src` on `src` inside its own mount namespace, so only
+/// that run sees its files; every other run, under the same uid, finds an empty `src` and a
+/// `private` it may not enter. (Per-run uids would do the same, but would need a range of
+/// unused uids on every host.) Unconfined (opt-in, no isolation at all), the files are
+/// written to `src` directly.
 #[derive(Debug)]
 pub(crate) struct Staging {
     root: PathBuf,
+    private: bool,
 }
 
 static NEXT_STAGING: AtomicU64 = AtomicU64::new(0);
 
 impl Staging {
-    /// Creates the directory with `files` (name, content) in `src/`.
-    pub fn new(files: &[(&str, &[u8])]) -> std::io::Result<Self> {
+    /// Creates the directory with `files` (name, content); `private` puts them behind the
+    /// root-only `private/`.
+    fn new(files: &[(&str, &[u8])], private: bool) -> std::io::Result<Self> {
         let n = NEXT_STAGING.fetch_add(1, Ordering::Relaxed);
         let root = std::env::temp_dir().join(format!(
             "roll-sandbox-{}-{n}-{}",
@@ -541,23 +638,52 @@ impl Staging {
             super::harness::random_hex()
         ));
         fs::create_dir(&root)?;
-        let staging = Self { root };
+        let staging = Self { root, private };
         fs::set_permissions(&staging.root, fs::Permissions::from_mode(0o755))?;
-        for dir in [staging.src(), staging.work()] {
+        let mut dirs = vec![(staging.view(), 0o755), (staging.work(), 0o755)];
+        if private {
+            dirs.push((staging.root.join("private"), 0o700));
+            dirs.push((staging.files_dir(), 0o755));
+        }
+        for (dir, mode) in dirs {
             fs::create_dir(&dir)?;
-            fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode))?;
         }
         for (name, content) in files {
-            let path = staging.src().join(name);
-            fs::write(&path, content)?;
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+            staging.add(name, content)?;
         }
         Ok(staging)
     }
 
-    /// The program's files.
-    pub fn src(&self) -> PathBuf {
+    /// Adds a file (read-only to the program).
+    pub fn add(&self, name: &str, content: &[u8]) -> std::io::Result<()> {
+        let path = self.files_dir().join(name);
+        fs::write(&path, content)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+    }
+
+    /// Where the program finds the file `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.view().join(name)
+    }
+
+    /// The directory where the program sees its files.
+    fn view(&self) -> PathBuf {
         self.root.join("src")
+    }
+
+    /// The directory that holds the files on the host.
+    fn files_dir(&self) -> PathBuf {
+        if self.private {
+            self.root.join("private").join("src")
+        } else {
+            self.view()
+        }
+    }
+
+    /// The directory of the files when it is behind the root-only `private/`.
+    fn private_files(&self) -> Option<PathBuf> {
+        self.private.then(|| self.files_dir())
     }
 
     /// The program's working directory.
@@ -569,5 +695,99 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A confined sandbox, or `None` (with a note) where it cannot run (not root).
+    fn confined() -> Option<Sandbox> {
+        match Sandbox::probe(&CodeSandboxConfig::default()) {
+            Ok(s) if s.isolation() == Isolation::Confined => Some(s),
+            other => {
+                eprintln!(
+                    "NOTE: confined sandbox unavailable, fail-closed checks skipped: {other:?}"
+                );
+                None
+            }
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            wall: Duration::from_secs(10),
+            cpu_s: 10,
+            memory_bytes: 256 << 20,
+            nproc: 1,
+            disk_bytes: 1 << 20,
+            output_bytes: 4096,
+        }
+    }
+
+    /// Runs `print('ran')` with the mount table read from `mountinfo` instead of the kernel's.
+    fn run_with_mountinfo(sandbox: &Sandbox, mountinfo: &str) -> Result<RunOutcome, String> {
+        let dir = sandbox
+            .stage(&[("mountinfo", mountinfo.as_bytes())])
+            .unwrap();
+        let mut sandbox = sandbox.clone();
+        sandbox.mountinfo = dir.files_dir().join("mountinfo");
+        let args = [OsString::from("-c"), "print('ran')".into()];
+        let staging = sandbox.stage(&[]).unwrap();
+        sandbox.run(&staging, &args, Vec::new(), &limits())
+    }
+
+    #[test]
+    fn a_mount_that_cannot_be_remounted_read_only_refuses_the_run() {
+        let Some(sandbox) = confined() else { return };
+        let real = fs::read_to_string(MOUNTINFO).unwrap();
+        // The real table runs the program.
+        let out = run_with_mountinfo(&sandbox, &real).unwrap();
+        assert_eq!(out.stdout, b"ran\n");
+        // A writable mount point with an escaped space that does not exist: it cannot be
+        // remounted, so the program must not start (the setup used to ignore the failure).
+        let injected = format!(
+            "{real}4242 1 0:4242 / /nonexistent/roll\\040sandbox\\040mount rw,relatime - tmpfs none rw\n"
+        );
+        let err = run_with_mountinfo(&sandbox, &injected).unwrap_err();
+        assert!(
+            err.contains("cannot remount '/nonexistent/roll sandbox mount' read-only"),
+            "{err}"
+        );
+        assert!(!err.contains("ran"), "{err}");
+    }
+
+    #[test]
+    fn a_writable_mount_the_plan_missed_refuses_the_run() {
+        let Some(sandbox) = confined() else { return };
+        let real = fs::read_to_string(MOUNTINFO).unwrap();
+        // Drop a writable mount other than / and /proc from the plan: the check after the
+        // remounts finds it writable in the namespace.
+        let entries = parse_mountinfo(&real).unwrap();
+        let Some(victim) = entries
+            .iter()
+            .find(|e| !e.read_only && e.escaped != "/" && e.escaped != "/proc")
+        else {
+            eprintln!("NOTE: no writable mount besides / and /proc here; check skipped");
+            return;
+        };
+        let partial: String = real
+            .lines()
+            .filter(|l| l.split(' ').nth(4) != Some(victim.escaped.as_str()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let err = run_with_mountinfo(&sandbox, &partial).unwrap_err();
+        assert!(
+            err.contains(&format!("the mount point {} is writable", victim.escaped)),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_mount_table_refuses_the_run() {
+        let Some(sandbox) = confined() else { return };
+        let err = run_with_mountinfo(&sandbox, "garbage\n").unwrap_err();
+        assert!(err.contains("mountinfo line 1"), "{err}");
     }
 }

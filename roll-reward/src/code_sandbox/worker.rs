@@ -3,7 +3,7 @@
 use super::config::{CodeSandboxConfig, RewardMode};
 use super::extract::extract_code;
 use super::harness::{HARNESS, Status, parse_report, random_hex};
-use super::sandbox::{Isolation, Limits, Sandbox, Staging};
+use super::sandbox::{Isolation, Limits, Sandbox};
 use super::suite::{TestSuite, json_equal, outputs_match};
 use super::verdict::{CaseFailure, mismatch, report_failure, run_failure};
 use crate::error::RewardError;
@@ -153,12 +153,13 @@ fn run_blocking(
                     outcome.failures.push((i, CaseFailure::NotRun));
                     continue;
                 }
-                let staging = Staging::new(&[("solution.py", code.as_bytes())])
+                let staging = sandbox
+                    .stage(&[("solution.py", code.as_bytes())])
                     .map_err(|e| failed(format!("cannot create the run directory: {e}")))?;
                 let args = vec![
                     OsString::from("-I"),
                     "-B".into(),
-                    staging.src().join("solution.py").into(),
+                    staging.path("solution.py").into(),
                 ];
                 let out = sandbox
                     .run(&staging, &args, case.input.clone().into_bytes(), &limits)
@@ -191,12 +192,13 @@ fn run_harness(
     let per_case = config.time_limit().unwrap_or_default();
     let nonce = random_hex();
     // The spec names the solution's path, so it is written once the staging directory exists.
-    let staging = Staging::new(&[
-        ("solution.py", code.as_bytes()),
-        ("harness.py", HARNESS.as_bytes()),
-    ])
-    .map_err(|e| failed(format!("cannot create the run directory: {e}")))?;
-    let solution = staging.src().join("solution.py");
+    let staging = sandbox
+        .stage(&[
+            ("solution.py", code.as_bytes()),
+            ("harness.py", HARNESS.as_bytes()),
+        ])
+        .map_err(|e| failed(format!("cannot create the run directory: {e}")))?;
+    let solution = staging.path("solution.py");
     let mut spec = json!({
         "kind": suite.kind(),
         "solution": solution.to_string_lossy(),
@@ -215,18 +217,15 @@ fn run_harness(
         }
         TestSuite::Stdio { .. } => {}
     }
-    let spec_path = staging.src().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string())
-        .and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&spec_path, std::fs::Permissions::from_mode(0o644))
-        })
+    staging
+        .add("spec.json", spec.to_string().as_bytes())
         .map_err(|e| failed(format!("cannot write the test spec: {e}")))?;
+    let spec_path = staging.path("spec.json");
     let limits = Limits::for_cases(config, suite.len() + 1);
     let args = vec![
         OsString::from("-I"),
         "-B".into(),
-        staging.src().join("harness.py").into(),
+        staging.path("harness.py").into(),
         spec_path.into(),
     ];
     let out = sandbox

@@ -231,7 +231,12 @@ impl Instruction {
     /// # Errors
     /// [`RewardError::UnknownInstruction`] naming an unknown `func_name`;
     /// [`RewardError::InvalidInstructionArgs`] naming the instruction and the bad, missing or
-    /// unknown argument.
+    /// unknown argument — including degenerate values that every response would pass or none
+    /// could: an empty `keyword_list`, `forbidden_words` or `options` (or an empty entry), an
+    /// empty `word`, `first_word`, `postscript_marker`, `section_splitter`, `original_prompt`
+    /// or `end_phrase`, a `letter` that is not a letter, `N` = 0 for counts of paragraphs,
+    /// placeholders, bullets, highlights, sections, words and sentences, "at least 0" capital
+    /// words, and a paragraph index `i` outside `1..=N`.
     pub fn from_parts(func_name: &str, kwargs: Map<String, Value>) -> Result<Self, RewardError> {
         let bad = |reason: String| RewardError::InvalidInstructionArgs {
             func_name: func_name.to_owned(),
@@ -244,7 +249,7 @@ impl Instruction {
         ) -> Result<T, RewardError> {
             serde_json::from_value(kw).map_err(|e| bad(e.to_string()))
         }
-        Ok(match func_name {
+        let instruction = match func_name {
             "verify_keywords" => Self::Keywords(args::<KeywordList>(kw, bad)?.keyword_list),
             "verify_keyword_frequency" => {
                 let a: WordN = args(kw, bad)?;
@@ -281,12 +286,6 @@ impl Instruction {
             }
             "validate_paragraphs" => {
                 let a: ParagraphArgs = args(kw, bad)?;
-                if a.i == 0 || a.i > a.n {
-                    return Err(bad(format!(
-                        "`i` = {} is not a paragraph in 1..={}",
-                        a.i, a.n
-                    )));
-                }
                 Self::Paragraphs {
                     n: a.n,
                     first_word: a.first_word,
@@ -350,7 +349,99 @@ impl Instruction {
                     known: INSTRUCTIONS.iter().map(|s| (*s).to_owned()).collect(),
                 });
             }
-        })
+        };
+        instruction.validate().map_err(bad)?;
+        Ok(instruction)
+    }
+
+    /// Refuses degenerate arguments — those that every response passes or none can (an empty
+    /// keyword list, an empty end phrase or marker, zero sections, "at least 0" of anything):
+    /// such a ground truth rewards saying anything, so it is bad data, not an easy prompt.
+    /// The reason names the argument.
+    fn validate(&self) -> Result<(), String> {
+        let empty = |field: &str, text: &str| -> Result<(), String> {
+            if text.trim().is_empty() {
+                Err(format!("`{field}` is empty"))
+            } else {
+                Ok(())
+            }
+        };
+        let list = |field: &str, items: &[String]| -> Result<(), String> {
+            if items.is_empty() {
+                return Err(format!("`{field}` is an empty list"));
+            }
+            match items.iter().position(|i| i.trim().is_empty()) {
+                Some(k) => Err(format!("`{field}` has an empty entry at index {k}")),
+                None => Ok(()),
+            }
+        };
+        let positive = |field: &str, n: usize| -> Result<(), String> {
+            if n == 0 {
+                Err(format!("`{field}` is 0; the instruction needs at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Self::Keywords(k) => list("keyword_list", k),
+            Self::ForbiddenWords(k) => list("forbidden_words", k),
+            Self::Choice(k) => list("options", k),
+            Self::KeywordFrequency { word, .. } => {
+                empty("word", word)?;
+                if word.chars().all(is_word_char) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "`word` {word:?} is not a single word (it is counted as a whole word)"
+                    ))
+                }
+            }
+            Self::LetterFrequency { letter, .. } => {
+                if letter.is_alphabetic() {
+                    Ok(())
+                } else {
+                    Err(format!("`letter` {letter:?} is not a letter"))
+                }
+            }
+            Self::ParagraphCount(n)
+            | Self::Placeholders(n)
+            | Self::BulletPoints(n)
+            | Self::HighlightedSections(n)
+            | Self::WordCount { n, .. }
+            | Self::SentenceCount { n, .. } => positive("N", *n),
+            Self::Paragraphs {
+                n,
+                first_word,
+                index,
+            } => {
+                positive("N", *n)?;
+                if *index == 0 || index > n {
+                    return Err(format!("`i` = {index} is not a paragraph in 1..={n}"));
+                }
+                empty("first_word", first_word)
+            }
+            Self::Sections { n, splitter } => {
+                positive("N", *n)?;
+                empty("section_splitter", splitter)
+            }
+            Self::CapitalWords { n, quantifier } => {
+                if *n == 0 && *quantifier == Quantifier::AtLeast {
+                    Err("`N` is 0 with `quantifier` \"at least\": every response passes".into())
+                } else {
+                    Ok(())
+                }
+            }
+            Self::Postscript(marker) => empty("postscript_marker", marker),
+            Self::RepeatPrompt(prompt) => empty("original_prompt", prompt),
+            Self::EndsWith(phrase) => empty("end_phrase", phrase),
+            Self::Title
+            | Self::Json
+            | Self::TwoResponses
+            | Self::Uppercase
+            | Self::Lowercase
+            | Self::Quotation
+            | Self::NoCommas => Ok(()),
+        }
     }
 
     /// The instruction's `func_name` in the taxonomy.
@@ -384,7 +475,16 @@ impl Instruction {
     }
 
     /// Whether `response` follows the instruction.
+    ///
+    /// A response that says nothing — empty, blank, or without a single letter or digit
+    /// (`...`, `{}`, `<<>>`, `******`) — follows no instruction: "no commas", "all lowercase",
+    /// "no forbidden word", "valid JSON" would otherwise reward saying nothing. "All uppercase"
+    /// and "all lowercase" also need a letter of that case. A degenerate instruction (see
+    /// [`from_parts`](Self::from_parts)) built directly is followed by no response.
     pub fn check(&self, response: &str) -> bool {
+        if !response.chars().any(char::is_alphanumeric) || self.validate().is_err() {
+            return false;
+        }
         match self {
             Self::Keywords(list) => {
                 let lower = response.to_lowercase();
@@ -428,11 +528,15 @@ impl Instruction {
                     .filter(|p| !p.trim().is_empty())
                     .collect();
                 paragraphs.len() == *n
-                    && paragraphs.get(index - 1).is_some_and(|p| {
-                        let first = p.split_whitespace().next().unwrap_or("");
-                        let first: String = first.chars().filter(|c| c.is_alphanumeric()).collect();
-                        first.to_lowercase() == first_word.to_lowercase()
-                    })
+                    && index
+                        .checked_sub(1)
+                        .and_then(|i| paragraphs.get(i))
+                        .is_some_and(|p| {
+                            let first = p.split_whitespace().next().unwrap_or("");
+                            let first: String =
+                                first.chars().filter(|c| c.is_alphanumeric()).collect();
+                            first.to_lowercase() == first_word.to_lowercase()
+                        })
             }
             Self::Postscript(marker) => response
                 .find(marker.as_str())
@@ -480,8 +584,12 @@ impl Instruction {
                     _ => false,
                 }
             }
-            Self::Uppercase => response == response.to_uppercase(),
-            Self::Lowercase => response == response.to_lowercase(),
+            Self::Uppercase => {
+                response.chars().any(char::is_uppercase) && response == response.to_uppercase()
+            }
+            Self::Lowercase => {
+                response.chars().any(char::is_lowercase) && response == response.to_lowercase()
+            }
             Self::CapitalWords { n, quantifier } => {
                 let count = words(response)
                     .filter(|w| w.chars().all(|c| c.is_ascii_uppercase()))
@@ -491,7 +599,10 @@ impl Instruction {
             Self::EndsWith(phrase) => response.trim_end().ends_with(phrase.trim()),
             Self::Quotation => {
                 let t = response.trim();
-                t.len() >= 2 && t.starts_with('"') && t.ends_with('"')
+                t.len() >= 2
+                    && t.starts_with('"')
+                    && t.ends_with('"')
+                    && !t[1..t.len() - 1].trim().is_empty()
             }
             Self::NoCommas => !response.contains(','),
         }

@@ -87,8 +87,11 @@ fn word(t: Option<&Tok>, w: &str) -> bool {
     matches!(t, Some(Tok::Word(x)) if x == w)
 }
 
+/// `x / max` when `0 ≤ x ≤ max` and both are finite. Digit runs too long for `f64` parse as
+/// `∞`; without the finiteness check `∞/∞` would be a NaN reward.
 fn in_range(x: f64, max: f64) -> Option<f32> {
-    (max > 0.0 && (0.0..=max).contains(&x)).then(|| (x / max) as f32)
+    (x.is_finite() && max.is_finite() && max > 0.0 && (0.0..=max).contains(&x))
+        .then(|| (x / max) as f32)
 }
 
 /// Reads a score from a judge's output; `max_score` is the top of the scale asked for (10 for a
@@ -238,6 +241,22 @@ mod tests {
         assert_eq!(v("  9 "), Some((0.9, ScoreForm::Bare)));
         assert_eq!(v("Score: 15"), None);
         assert_eq!(v("42"), None);
+    }
+
+    #[test]
+    fn numbers_too_long_for_f64_are_not_scores() {
+        let huge = "9".repeat(400);
+        // ∞/∞ was NaN, ∞ out of ∞ likewise.
+        assert_eq!(v(&format!("{huge}/{huge}")), None);
+        assert_eq!(v(&format!("Score: {huge} out of {huge}")), None);
+        assert_eq!(
+            parse_judge_score(&format!("[[{huge}]]"), f32::INFINITY),
+            None
+        );
+        assert_eq!(
+            v(&format!("{huge}/{huge}, final score: 7")).map(|s| s.0),
+            Some(0.7)
+        );
     }
 
     #[test]

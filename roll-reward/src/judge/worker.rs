@@ -83,6 +83,10 @@ impl Default for LlmJudgeConfig {
 /// generated; [`parse_judge_score`] reads the output. The reward `value` and `score` are the
 /// judgement in `[0, 1]`; details hold `judge_output` (shortened) and `judge_form`.
 ///
+/// An empty response (nothing after `</think>`, or a `<think>` block never closed) scores 0
+/// without asking the judge (`judge_form` = `empty`): a lenient judge must not be able to
+/// reward saying nothing.
+///
 /// A semaphore bounds the judge calls in flight (`max_concurrency`) however many samples are
 /// scored at once; [`score_batch`](Self::score_batch) submits a whole batch together so a
 /// continuously batching engine can serve it in few forward passes.
@@ -154,17 +158,17 @@ impl LlmJudge {
         join_all(samples.iter().map(|s| self.score(s)).collect()).await
     }
 
-    fn judge_prompt(&self, sample: &Sample) -> Result<Vec<u32>, roll_core::Error> {
+    fn judge_prompt(&self, sample: &Sample, response: &str) -> Result<Vec<u32>, roll_core::Error> {
         let text = strip_special_tokens(&sample.text);
-        let response = if self.config.include_thinking {
-            &text
+        let shown = if self.config.include_thinking {
+            text.trim()
         } else {
-            after_think(&text).unwrap_or("")
+            response
         };
         let user = self.template.render(
             &sample.prompt.text,
             sample.prompt.ground_truth.as_deref(),
-            response.trim(),
+            shown,
         )?;
         let mut messages = Vec::with_capacity(2);
         if let Some(system) = &self.config.system {
@@ -179,7 +183,15 @@ impl LlmJudge {
 #[async_trait]
 impl RewardWorker for LlmJudge {
     async fn score(&self, sample: &Sample) -> roll_core::Result<Reward> {
-        let prompt_ids = self.judge_prompt(sample)?;
+        let text = strip_special_tokens(&sample.text);
+        let answer = after_think(&text).unwrap_or("").trim();
+        if answer.is_empty() {
+            return Ok(Reward::new(0.0)
+                .with_score(0.0)
+                .with_detail("judge_output", "")
+                .with_detail("judge_form", "empty"));
+        }
+        let prompt_ids = self.judge_prompt(sample, answer)?;
         let params = SamplingParams {
             temperature: self.config.temperature,
             max_new_tokens: self.config.max_new_tokens,

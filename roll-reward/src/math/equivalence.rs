@@ -2,6 +2,9 @@
 
 use super::expr::Expr;
 use super::normalize::normalize;
+use super::rational::{DecimalLiteral, Rational};
+use super::value::{Agreement, Value, compare, quotient};
+use roll_core::rng::SplitMix64;
 use std::fmt;
 
 /// The rule by which two answers were found equal (reported in [`Reward::details`](roll_core::Reward)
@@ -12,9 +15,11 @@ pub enum Rule {
     /// are).
     Exact,
     /// Equal numbers: integers, decimals, fractions, percentages, scientific notation and
-    /// constant expressions (`\sqrt{8}` = `2\sqrt{2}`).
+    /// constant expressions (`\sqrt{8}` = `2\sqrt{2}`). Exact values are compared exactly
+    /// (`10^{400} ≠ 10^{401}`, `10^{-400} ≠ 0`), or as a decimal rounded to its places
+    /// (`0.333333333` = `\frac{1}{3}`); irrational ones within the relative tolerance.
     Numeric,
-    /// Expressions with variables equal at random points.
+    /// Expressions with variables equal at sample points (exactly where both are exact).
     Symbolic,
     /// Equations whose sides differ by the same relation (`y = 2x` and `2x - y = 0`).
     Equation,
@@ -51,13 +56,25 @@ impl fmt::Display for Rule {
 }
 
 /// How strictly numbers are compared.
+///
+/// The tolerance never makes two different exact numbers equal: exact values (integers,
+/// decimals, fractions, integer powers) are equal only when they are, or when one is a decimal
+/// that the other rounds to with an error within `relative`. It applies to values with an
+/// irrational part (`\pi`, `\sqrt{2}`, `\sin 1`), compared by
+/// `|a − b| ≤ relative · max(|a|, |b|)` plus their rounding-error bounds — never an absolute
+/// tolerance, which would ignore a small added term. A NaN tolerance makes such values
+/// unequal.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tolerance {
-    /// Relative tolerance for numbers: `|a − b| ≤ rel · max(|a|, |b|)`.
+    /// Relative tolerance: `|a − b| ≤ rel · max(|a|, |b|)`.
     pub relative: f64,
-    /// Number of random points at which symbolic expressions are compared.
+    /// Number of pseudo-random points (twice this, half of them positive) at which symbolic
+    /// expressions are compared; at most [`MAX_POINTS`] are used.
     pub points: usize,
 }
+
+/// Most sample points per half of the symbolic comparison.
+pub const MAX_POINTS: usize = 1_000;
 
 impl Default for Tolerance {
     fn default() -> Self {
@@ -97,7 +114,7 @@ fn equivalent_at(p: &str, g: &str, tol: &Tolerance, depth: usize) -> Option<Rule
         return None;
     }
     if p == g {
-        return Some(Rule::Exact);
+        return (!undefined_constant(p)).then_some(Rule::Exact);
     }
     if p.len() > MAX_ANSWER_LEN || g.len() > MAX_ANSWER_LEN {
         return None;
@@ -135,24 +152,74 @@ fn element(p: &str, g: &str, tol: &Tolerance, depth: usize) -> bool {
 }
 
 /// Multiset equality: every predicted item matched to a distinct gold item.
+///
+/// A maximum bipartite matching (augmenting paths, Kuhn's algorithm), not a greedy first fit:
+/// equality within a tolerance or by rounding is not transitive, and a greedy pairing could miss
+/// a valid one — and then accept the sets one way round and reject them the other, so the
+/// verdict would depend on which side is the gold. Equalities are computed on demand, free gold
+/// items first, so equal sets in the same order take a linear number of comparisons.
 fn unordered(p: &[String], g: &[String], tol: &Tolerance, depth: usize) -> bool {
     if p.len() != g.len() || p.len() > MAX_ELEMENTS {
         return false;
     }
-    let mut used = vec![false; g.len()];
-    p.iter().all(|x| {
-        let hit = g
-            .iter()
-            .enumerate()
-            .find(|(i, y)| !used[*i] && element(x, y, tol, depth));
-        match hit {
-            Some((i, _)) => {
-                used[i] = true;
-                true
-            }
-            None => false,
-        }
+    let mut m = Matcher {
+        p,
+        g,
+        tol,
+        depth,
+        equal: vec![None; p.len() * g.len()],
+        owner: vec![None; g.len()],
+    };
+    (0..p.len()).all(|i| {
+        let mut seen = vec![false; g.len()];
+        m.augment(i, &mut seen)
     })
+}
+
+struct Matcher<'a> {
+    p: &'a [String],
+    g: &'a [String],
+    tol: &'a Tolerance,
+    depth: usize,
+    /// `equal[i * n + j]`: whether predicted `i` equals gold `j`, once computed.
+    equal: Vec<Option<bool>>,
+    /// The predicted item each gold item is matched to.
+    owner: Vec<Option<usize>>,
+}
+
+impl Matcher<'_> {
+    fn equal(&mut self, i: usize, j: usize) -> bool {
+        let k = i * self.g.len() + j;
+        if let Some(e) = self.equal[k] {
+            return e;
+        }
+        let e = element(&self.p[i], &self.g[j], self.tol, self.depth);
+        self.equal[k] = Some(e);
+        e
+    }
+
+    /// Finds a gold item for predicted `i`, re-matching others along an augmenting path.
+    fn augment(&mut self, i: usize, seen: &mut [bool]) -> bool {
+        for j in 0..self.g.len() {
+            if self.owner[j].is_none() && self.equal(i, j) {
+                self.owner[j] = Some(i);
+                return true;
+            }
+        }
+        for j in 0..self.g.len() {
+            if seen[j] || !self.equal(i, j) {
+                continue;
+            }
+            seen[j] = true;
+            if let Some(k) = self.owner[j]
+                && self.augment(k, seen)
+            {
+                self.owner[j] = Some(i);
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// A bracketed sequence: a tuple or an interval.
@@ -270,20 +337,17 @@ fn scalar(p: &str, g: &str, tol: &Tolerance) -> Option<Rule> {
         (None, None) => {}
         _ => return None,
     }
-    if let (Some(a), Some(b)) = (integer_literal(p), integer_literal(g)) {
-        // Exact, whatever the size (f64 would equate 10^17 and 10^17 + 1).
-        return (a == b).then_some(Rule::Numeric);
-    }
     let (p_body, p_pct) = strip_percent(p);
     let (g_body, g_pct) = strip_percent(g);
     match (Expr::parse(p_body), Expr::parse(g_body)) {
         (Ok(ep), Ok(eg)) => {
             let (vp, vg) = (ep.variables(), eg.variables());
             if vp.is_empty() && vg.is_empty() {
-                let (a, b) = (ep.eval(&[]), eg.eval(&[]));
-                let hit = close(a, b, tol.relative)
-                    || (p_pct && close(a / 100.0, b, tol.relative))
-                    || (g_pct && close(a, b / 100.0, tol.relative));
+                let a = Number::written(p_body, ep.value(&[]));
+                let b = Number::written(g_body, eg.value(&[]));
+                let hit = a.equals(&b, tol.relative)
+                    || (p_pct && a.percent().equals(&b, tol.relative))
+                    || (g_pct && a.equals(&b.percent(), tol.relative));
                 return hit.then_some(Rule::Numeric);
             }
             if vp == vg && !p_pct && !g_pct && same_function(&ep, &eg, &vp, tol) {
@@ -302,35 +366,74 @@ fn strip_percent(s: &str) -> (&str, bool) {
     }
 }
 
-fn integer_literal(s: &str) -> Option<String> {
-    let (sign, digits) = match s.strip_prefix('-') {
-        Some(d) => ("-", d),
-        None => ("", s.strip_prefix('+').unwrap_or(s)),
-    };
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let trimmed = digits.trim_start_matches('0');
-    Some(if trimmed.is_empty() {
-        "0".to_owned()
-    } else {
-        format!("{sign}{trimmed}")
-    })
+/// Whether `s` parses as a constant expression with no value (`0/0`, `\ln 0`): such an answer
+/// equals nothing, not even itself written the same way.
+fn undefined_constant(s: &str) -> bool {
+    Expr::parse(s).is_ok_and(|e| e.variables().is_empty() && e.value(&[]) == Value::Undefined)
 }
 
-fn close(a: f64, b: f64, rel: f64) -> bool {
-    if a == b {
-        return true; // also equal infinities
+/// A constant answer: its value and, when it is a decimal literal as written (`0.333`,
+/// `-1.50`, `6.02e23`), that text, whose number of places says how it was rounded.
+struct Number<'a> {
+    value: Value,
+    decimal: Option<&'a str>,
+}
+
+impl<'a> Number<'a> {
+    fn written(text: &'a str, value: Value) -> Self {
+        let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+        let decimal = DecimalLiteral::parse(unsigned)
+            .is_some()
+            .then_some(unsigned);
+        Self { value, decimal }
     }
-    a.is_finite() && b.is_finite() && (a - b).abs() <= rel * a.abs().max(b.abs())
+
+    /// The value read as a percentage (`50%` → `0.5`); no longer a literal as written.
+    fn percent(&self) -> Self {
+        let hundred = Value::Exact(Rational::from_integer(100));
+        Self {
+            value: quotient(self.value.clone(), hundred),
+            decimal: None,
+        }
+    }
+
+    /// Equal values (see [`compare`]), or one side a decimal that is the other's exact value
+    /// correctly rounded to its places, with a rounding error within the relative tolerance:
+    /// `0.333333333` is `1/3` written to nine places, `0.333` is too coarse to be (its error,
+    /// `3·10⁻⁴`, is above `10⁻⁶` of the value), and `1.0000001` is never `1.0000002`.
+    fn equals(&self, other: &Number<'_>, relative: f64) -> bool {
+        compare(&self.value, &other.value, relative) == Agreement::Equal
+            || self.rounds(other, relative)
+            || other.rounds(self, relative)
+    }
+
+    /// Whether `self` is a decimal literal that `other`'s exact value rounds to.
+    fn rounds(&self, other: &Number<'_>, relative: f64) -> bool {
+        let (Some(text), Value::Exact(d), Value::Exact(x)) =
+            (self.decimal, &self.value, &other.value)
+        else {
+            return false;
+        };
+        let Some(half) = DecimalLiteral::parse(text).and_then(|l| l.half_unit()) else {
+            return false;
+        };
+        // Exactly: in floats, a difference of 10^-400 would underflow and pass any tolerance.
+        let allowed =
+            Rational::from_f64(relative).and_then(|rel| rel.checked_mul(&x.abs().max(d.abs())));
+        match (x.checked_sub(d).map(|r| r.abs()), allowed) {
+            (Some(diff), Some(allowed)) => diff <= half && diff <= allowed,
+            _ => false,
+        }
+    }
 }
 
 /// Words equal ignoring case, spacing and punctuation (`Monday` = `\text{monday}`), for answers
-/// with at least two letters.
+/// with at least two letters. Signs and operators are kept (`-inf` is not `inf`, `a-b` is not
+/// `ab`): only decoration is ignored.
 fn text(p: &str, g: &str) -> bool {
     let key = |s: &str| -> String {
         s.chars()
-            .filter(|c| c.is_alphanumeric())
+            .filter(|c| c.is_alphanumeric() || SIGNIFICANT.contains(c))
             .flat_map(char::to_lowercase)
             .collect()
     };
@@ -338,13 +441,16 @@ fn text(p: &str, g: &str) -> bool {
     kp.chars().filter(|c| c.is_alphabetic()).count() >= 2 && kp == kg
 }
 
+/// Characters that change what an answer means and so are kept in the text key.
+const SIGNIFICANT: &[char] = &['-', '+', '*', '/', '^', '=', '<', '>', '!', '∞'];
+
 fn split_equation(s: &str) -> Option<(&str, &str)> {
     let (l, r) = s.split_once('=')?;
     (!r.contains('=') && !l.is_empty() && !r.is_empty()).then_some((l, r))
 }
 
 /// Equations `l₁ = r₁` and `l₂ = r₂` are the same when `l₁ − r₁ = c·(l₂ − r₂)` for one constant
-/// `c ≠ 0` at every sample point.
+/// `c ≠ 0` at every sample point (exactly, when both sides are exact there).
 fn equation(a: (&str, &str), b: (&str, &str), tol: &Tolerance) -> bool {
     let parse = |(l, r): (&str, &str)| -> Option<Expr> {
         Some(Expr::Sub(
@@ -359,71 +465,88 @@ fn equation(a: (&str, &str), b: (&str, &str), tol: &Tolerance) -> bool {
     if vars != fb.variables() || vars.is_empty() {
         return false;
     }
-    let mut ratio: Option<f64> = None;
+    let zero = Value::Exact(Rational::zero());
+    let is_zero = |v: &Value| compare(v, &zero, tol.relative) == Agreement::Equal;
+    let finite = |v: &Value| matches!(v, Value::Exact(_) | Value::Approx { .. });
+    let quotient = Expr::Div(Box::new(fa.clone()), Box::new(fb.clone()));
+    let mut ratio: Option<Value> = None;
     let mut valid = 0;
     for point in sample_points(&vars, tol.points) {
-        let (x, y) = (fa.eval(&point), fb.eval(&point));
-        if !x.is_finite() || !y.is_finite() {
+        let (x, y) = (fa.value(&point), fb.value(&point));
+        if !finite(&x) || !finite(&y) {
             continue;
         }
-        if y.abs() < 1e-12 {
-            if x.abs() > 1e-9 {
+        if is_zero(&y) {
+            if !is_zero(&x) {
                 return false;
             }
             continue;
         }
-        let r = x / y;
-        match ratio {
-            None if r.abs() > 1e-12 => ratio = Some(r),
-            None => return false,
-            Some(c) if !close(c, r, 1e-6) => return false,
-            Some(_) => {}
+        let r = quotient.value(&point);
+        match &ratio {
+            None if !finite(&r) => continue, // unresolved here: no verdict
+            None if is_zero(&r) => return false,
+            None => ratio = Some(r),
+            Some(c) => match compare(c, &r, tol.relative) {
+                Agreement::Equal => {}
+                Agreement::Unknown => continue,
+                Agreement::Different | Agreement::BothUndefined => return false,
+            },
         }
         valid += 1;
     }
     valid >= 3
 }
 
-/// Two expressions agree at random points: points where both are defined must agree, a point
-/// where only one is defined is a difference, and at least three points must be defined.
+/// Two expressions agree at sample points: exactly where both are exact (polynomials and
+/// rational functions with exact coefficients: `x + 10^{-12}` is not `x`), within the relative
+/// tolerance and the rounding-error bounds elsewhere. A point where only one is defined is a
+/// difference; points where a value is unresolved (overflow) are skipped; at least three points
+/// must agree.
 fn same_function(a: &Expr, b: &Expr, vars: &[String], tol: &Tolerance) -> bool {
     let mut valid = 0;
     for point in sample_points(vars, tol.points) {
-        let (x, y) = (a.eval(&point), b.eval(&point));
-        match (x.is_finite(), y.is_finite()) {
-            (true, true) => {
-                if (x - y).abs() > 1e-9 + tol.relative * x.abs().max(y.abs()) {
-                    return false;
-                }
-                valid += 1;
-            }
-            (false, false) => {}
-            _ => return false,
+        match compare(&a.value(&point), &b.value(&point), tol.relative) {
+            Agreement::Equal => valid += 1,
+            Agreement::Different => return false,
+            Agreement::BothUndefined | Agreement::Unknown => {}
         }
     }
     valid >= 3
 }
 
-/// `n` points in `[-3, 3]` and `n` in `[0.1, 3]` (where logarithms and roots are defined),
-/// from a fixed seed so a verdict never changes between runs.
-fn sample_points(vars: &[String], n: usize) -> Vec<Vec<(String, f64)>> {
-    let mut state: u64 = 0x5EED_F0A7_5EED_F0A7_u64;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    };
+/// Denominator of the sample points: a prime, so that no point is an integer or a fraction with
+/// a small denominator, where answers have their removable singularities (`\frac{x^2-1}{x-1}`
+/// at 1) — every point is an ordinary point of both answers.
+const POINT_DENOMINATOR: i64 = 10_007;
+
+/// `n` exact points in `[-3, 3]` and `n` in `[0.1, 3]` (where logarithms and roots are
+/// defined), multiples of `1/10007` but never integers, from a fixed seed so a verdict never
+/// changes between runs.
+fn sample_points(vars: &[String], n: usize) -> Vec<Vec<(String, Rational)>> {
+    let mut rng = SplitMix64::new(0x5EED_F0A7_5EED_F0A7);
+    let n = n.min(MAX_POINTS);
+    let d = POINT_DENOMINATOR;
     let mut points = Vec::with_capacity(2 * n);
     for k in 0..2 * n {
-        let (lo, hi) = if k < n { (-3.0, 3.0) } else { (0.1, 3.0) };
-        points.push(
-            vars.iter()
-                .map(|v| (v.clone(), lo + (hi - lo) * next()))
-                .collect(),
-        );
+        let (lo, hi) = if k < n {
+            (-3 * d, 3 * d)
+        } else {
+            (d / 10, 3 * d)
+        };
+        let span = u64::try_from(hi - lo + 1).unwrap_or(1);
+        let point = vars
+            .iter()
+            .map(|v| {
+                let mut num = lo + i64::try_from(rng.next_u64() % span).unwrap_or(0);
+                if num % d == 0 {
+                    num += 1;
+                }
+                let x = Rational::ratio(num, d).unwrap_or_else(Rational::zero);
+                (v.clone(), x)
+            })
+            .collect();
+        points.push(point);
     }
     points
 }
@@ -457,5 +580,29 @@ mod tests {
         assert_eq!(eq("[1,2]", "[1,2)"), None);
         assert_eq!(eq("2x", "2y"), None);
         assert_eq!(eq("100000000000000001", "100000000000000000"), None);
+    }
+
+    #[test]
+    fn sets_are_matched_as_a_whole_not_greedily() {
+        // 0.1234567886 equals both gold items (one exactly, one as its rounding to 9 places);
+        // 0.1234567894 equals only 0.123456789. A greedy first fit pairs the first predicted
+        // item with 0.123456789 and then finds nothing for the second.
+        let (p, g) = (
+            r"\{0.1234567886, 0.1234567894\}",
+            r"\{0.123456789, 0.1234567886\}",
+        );
+        assert_eq!(eq(p, g), Some(Rule::Set));
+        assert_eq!(eq(g, p), Some(Rule::Set));
+        assert_eq!(eq(r"\{0.1234567894, 0.1234567894\}", g), None);
+    }
+
+    #[test]
+    fn decimals_equal_what_they_round() {
+        assert_eq!(eq("0.333333333", r"\frac13"), Some(Rule::Numeric));
+        assert_eq!(eq("-0.333333333", r"-\frac13"), Some(Rule::Numeric));
+        assert_eq!(eq("0.333", r"\frac13"), None); // too coarse for 1e-6
+        assert_eq!(eq("1.0000001", "1.0000002"), None); // neither rounds the other
+        assert_eq!(eq("3", "3.0000001"), None); // an integer is exact
+        assert_eq!(eq("1e-400", "0.0"), None); // within half a unit, not within 1e-6
     }
 }

@@ -4,7 +4,8 @@
 //! multiplication (`2x`, `3\pi`, `x(x+1)`) < unary minus < `^` (right-associative, so
 //! `-x^2 = -(x^2)` and `2^3^2 = 2^9`) < postfix `!` and `%`. Understood:
 //!
-//! * numbers `12`, `0.5`, `.5`, `1.5e-3`; constants `e`, `\pi`/`π`/`pi`, `\infty`/`∞`;
+//! * numbers `12`, `0.5`, `.5`, `1.5e-3`, kept exact ([`Expr::Lit`]); constants `e`,
+//!   `\pi`/`π`/`pi`, `\infty`/`∞`;
 //! * `\frac{a}{b}` (and `\dfrac`, `\tfrac`), `\sqrt{x}`, `\sqrt[n]{x}`, `\binom{n}{k}`, `|x|`;
 //! * functions `sin cos tan sec csc cot arcsin arccos arctan sinh cosh tanh ln log exp sqrt abs`
 //!   with or without a backslash and parentheses (`\sin x`, `\sin^2(x)`, `\log_2 8`);
@@ -15,6 +16,7 @@
 //! Input longer than [`MAX_INPUT`] bytes or nested deeper than [`MAX_DEPTH`] is rejected, so
 //! parsing is linear and cannot overflow the stack.
 
+use super::rational::{DecimalLiteral, Rational};
 use std::f64::consts::{E, PI};
 
 /// Longest input accepted, in bytes.
@@ -25,7 +27,9 @@ pub const MAX_DEPTH: usize = 64;
 /// A parsed expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
-    /// A number or a constant.
+    /// A number written in the input (`12`, `0.5`, `1.5e-3`), exactly.
+    Lit(Rational),
+    /// A constant without an exact value: `π`, `e`, `∞`.
     Num(f64),
     /// A free variable.
     Var(String),
@@ -109,7 +113,8 @@ const FUNCS: &[(&str, Func)] = &[
 ];
 
 impl Func {
-    fn apply(self, x: f64) -> f64 {
+    /// `f(x)` in floats.
+    pub(crate) fn apply(self, x: f64) -> f64 {
         match self {
             Func::Sin => x.sin(),
             Func::Cos => x.cos(),
@@ -128,6 +133,29 @@ impl Func {
             Func::Exp => x.exp(),
             Func::Sqrt => x.sqrt(),
             Func::Abs => x.abs(),
+        }
+    }
+
+    /// `f'(x)`, for the rounding-error bound of [`Expr::value`].
+    pub(crate) fn derivative(self, x: f64) -> f64 {
+        match self {
+            Func::Sin => x.cos(),
+            Func::Cos => -x.sin(),
+            Func::Tan => 1.0 + x.tan().powi(2),
+            Func::Sec => x.tan() / x.cos(),
+            Func::Csc => -1.0 / (x.sin() * x.tan()),
+            Func::Cot => -(1.0 + 1.0 / x.tan().powi(2)),
+            Func::Asin => 1.0 / (1.0 - x * x).sqrt(),
+            Func::Acos => -1.0 / (1.0 - x * x).sqrt(),
+            Func::Atan => 1.0 / (1.0 + x * x),
+            Func::Sinh => x.cosh(),
+            Func::Cosh => x.sinh(),
+            Func::Tanh => 1.0 - x.tanh().powi(2),
+            Func::Ln => 1.0 / x,
+            Func::Log10 => 1.0 / (x * std::f64::consts::LN_10),
+            Func::Exp => x.exp(),
+            Func::Sqrt => 0.5 / x.sqrt(),
+            Func::Abs => 1.0,
         }
     }
 
@@ -176,7 +204,7 @@ impl Expr {
 
     fn collect_vars(&self, out: &mut Vec<String>) {
         match self {
-            Expr::Num(_) => {}
+            Expr::Lit(_) | Expr::Num(_) => {}
             Expr::Var(v) => out.push(v.clone()),
             Expr::Neg(a) | Expr::Call(_, a) | Expr::Factorial(a) => a.collect_vars(out),
             Expr::Add(a, b)
@@ -191,9 +219,13 @@ impl Expr {
         }
     }
 
-    /// The value with `vars` bound (`(name, value)` pairs); an unbound variable is NaN.
+    /// The value in `f64` with `vars` bound (`(name, value)` pairs); an unbound variable is
+    /// NaN. Overflow gives `±∞` and underflow `0`, as in any float arithmetic: to compare
+    /// answers use [`value`](Expr::value), which keeps exact numbers exact and tells overflow
+    /// from infinity.
     pub fn eval(&self, vars: &[(String, f64)]) -> f64 {
         match self {
+            Expr::Lit(r) => r.to_f64(),
             Expr::Num(x) => *x,
             Expr::Var(v) => vars
                 .iter()
@@ -204,7 +236,7 @@ impl Expr {
             Expr::Sub(a, b) => a.eval(vars) - b.eval(vars),
             Expr::Mul(a, b) => a.eval(vars) * b.eval(vars),
             Expr::Div(a, b) => a.eval(vars) / b.eval(vars),
-            Expr::Pow(a, b) => pow(a.eval(vars), b.eval(vars)),
+            Expr::Pow(a, b) => real_pow(a.eval(vars), b.eval(vars)),
             Expr::Call(f, a) => f.apply(a.eval(vars)),
             Expr::Log(base, a) => a.eval(vars).ln() / base.eval(vars).ln(),
             Expr::Factorial(a) => factorial(a.eval(vars)),
@@ -213,7 +245,7 @@ impl Expr {
 }
 
 /// `a^b`, with odd roots of negative numbers real (`(-8)^(1/3) = -2`).
-fn pow(a: f64, b: f64) -> f64 {
+pub(crate) fn real_pow(a: f64, b: f64) -> f64 {
     if a < 0.0 && b.fract() != 0.0 {
         let inv = 1.0 / b;
         if (inv - inv.round()).abs() < 1e-9 && inv.round() as i64 % 2 != 0 {
@@ -232,7 +264,8 @@ fn factorial(n: f64) -> f64 {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
-    Num(f64),
+    /// A number or a constant, and its text (for subscripts: `x_1`).
+    Num(Expr, String),
     Var(String),
     Func(Func),
     Frac,
@@ -298,7 +331,7 @@ fn lex(input: &str) -> Result<Vec<Tok>, String> {
             c if c.is_whitespace() => i += 1,
             '0'..='9' | '.' => {
                 let (x, next) = lex_number(&chars, i)?;
-                out.push(Tok::Num(x));
+                out.push(x);
                 i = next;
             }
             '\\' => i = lex_command(&chars, i + 1, &mut out)?,
@@ -310,7 +343,7 @@ fn lex(input: &str) -> Result<Vec<Tok>, String> {
                 if i == start {
                     // A non-ASCII letter: one variable (π is a constant).
                     out.push(if c == 'π' {
-                        Tok::Num(PI)
+                        Tok::Num(Expr::Num(PI), c.to_string())
                     } else {
                         Tok::Var(c.to_string())
                     });
@@ -336,7 +369,11 @@ fn lex(input: &str) -> Result<Vec<Tok>, String> {
             '(' | '[' | '{' => push(&mut out, Tok::Open(c), &mut i),
             ')' | ']' | '}' => push(&mut out, Tok::Close(c), &mut i),
             '√' => push(&mut out, Tok::Sqrt, &mut i),
-            '∞' => push(&mut out, Tok::Num(f64::INFINITY), &mut i),
+            '∞' => push(
+                &mut out,
+                Tok::Num(Expr::Num(f64::INFINITY), "∞".into()),
+                &mut i,
+            ),
             other => return Err(format!("unexpected character {other:?}")),
         }
     }
@@ -348,7 +385,10 @@ fn push(out: &mut Vec<Tok>, t: Tok, i: &mut usize) {
     *i += 1;
 }
 
-fn lex_number(chars: &[char], start: usize) -> Result<(f64, usize), String> {
+/// A number literal from `start`: exact ([`Expr::Lit`]), or for an exponent too large for an
+/// exact value (`1e99999`), the product `m · 10^k` it stands for, which evaluates as
+/// unresolved instead of overflowing to an infinity.
+fn lex_number(chars: &[char], start: usize) -> Result<(Tok, usize), String> {
     let mut i = start;
     while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
         i += 1;
@@ -367,9 +407,33 @@ fn lex_number(chars: &[char], start: usize) -> Result<(f64, usize), String> {
         }
     }
     let text: String = chars[start..i].iter().collect();
-    text.parse::<f64>()
-        .map(|x| (x, i))
-        .map_err(|_| format!("bad number {text:?}"))
+    let bad = || format!("bad number {text:?}");
+    let literal = DecimalLiteral::parse(&text).ok_or_else(bad)?;
+    let expr = match literal.value() {
+        Some(r) => Expr::Lit(r),
+        None => {
+            let (mantissa, exponent) = text.split_once(['e', 'E']).ok_or_else(bad)?;
+            let mantissa = Rational::parse_decimal(mantissa).ok_or_else(bad)?;
+            let (negative, digits) = match exponent.strip_prefix('-') {
+                Some(d) => (true, d),
+                None => (false, exponent.trim_start_matches('+')),
+            };
+            let exponent = Expr::Lit(Rational::parse_decimal(digits).ok_or_else(bad)?);
+            let exponent = if negative {
+                Expr::Neg(Box::new(exponent))
+            } else {
+                exponent
+            };
+            Expr::Mul(
+                Box::new(Expr::Lit(mantissa)),
+                Box::new(Expr::Pow(
+                    Box::new(Expr::Lit(Rational::from_integer(10))),
+                    Box::new(exponent),
+                )),
+            )
+        }
+    };
+    Ok((Tok::Num(expr, text), i))
 }
 
 /// A run of ASCII letters: known function names and `pi` are taken greedily from the front,
@@ -381,12 +445,12 @@ fn lex_word(word: &str, out: &mut Vec<Tok>) {
             out.push(Tok::Func(*f));
             rest = &rest[name.len()..];
         } else if let Some(tail) = rest.strip_prefix("pi") {
-            out.push(Tok::Num(PI));
+            out.push(Tok::Num(Expr::Num(PI), "pi".into()));
             rest = tail;
         } else {
             let (head, tail) = rest.split_at(1);
             out.push(if head == "e" {
-                Tok::Num(E)
+                Tok::Num(Expr::Num(E), "e".into())
             } else {
                 Tok::Var(head.to_owned())
             });
@@ -417,8 +481,8 @@ fn lex_command(chars: &[char], i: usize, out: &mut Vec<Tok>) -> Result<usize, St
         "frac" | "dfrac" | "tfrac" | "cfrac" => Tok::Frac,
         "sqrt" => Tok::Sqrt,
         "binom" | "dbinom" | "tbinom" | "choose" => Tok::Binom,
-        "pi" => Tok::Num(PI),
-        "infty" | "infin" => Tok::Num(f64::INFINITY),
+        "pi" => Tok::Num(Expr::Num(PI), "\\pi".into()),
+        "infty" | "infin" => Tok::Num(Expr::Num(f64::INFINITY), "\\infty".into()),
         "cdot" | "times" | "ast" => Tok::Star,
         "div" => Tok::Slash,
         "lvert" | "rvert" | "vert" => Tok::Bar,
@@ -457,7 +521,11 @@ fn lex_command(chars: &[char], i: usize, out: &mut Vec<Tok>) -> Result<usize, St
         }
         match chars.get(j) {
             Some(d) if d.is_ascii_digit() => {
-                out.push(Tok::Num(f64::from(d.to_digit(10).unwrap_or(0))));
+                let digit = i64::from(d.to_digit(10).unwrap_or(0));
+                out.push(Tok::Num(
+                    Expr::Lit(Rational::from_integer(digit)),
+                    d.to_string(),
+                ));
                 j += 1;
             }
             _ => break,
@@ -469,6 +537,10 @@ fn lex_command(chars: &[char], i: usize, out: &mut Vec<Tok>) -> Result<usize, St
 fn push_at(out: &mut Vec<Tok>, t: Tok, i: usize) -> usize {
     out.push(t);
     i + 1
+}
+
+fn lit(n: i64) -> Expr {
+    Expr::Lit(Rational::from_integer(n))
 }
 
 struct Parser {
@@ -542,9 +614,9 @@ impl Parser {
     /// Whether the next token begins an implicit factor (`2x`, `x(y)`, `3\sqrt{2}`).
     fn starts_primary(&self) -> bool {
         match self.peek() {
-            Some(Tok::Num(_) | Tok::Var(_) | Tok::Func(_) | Tok::Frac | Tok::Sqrt | Tok::Binom) => {
-                true
-            }
+            Some(
+                Tok::Num(..) | Tok::Var(_) | Tok::Func(_) | Tok::Frac | Tok::Sqrt | Tok::Binom,
+            ) => true,
             Some(Tok::Open(_)) => true,
             Some(Tok::Bar) => self.bars == 0,
             _ => false,
@@ -580,7 +652,7 @@ impl Parser {
             if self.eat(&Tok::Bang) {
                 e = Expr::Factorial(Box::new(e));
             } else if self.eat(&Tok::Percent) {
-                e = Expr::Div(Box::new(e), Box::new(Expr::Num(100.0)));
+                e = Expr::Div(Box::new(e), Box::new(lit(100)));
             } else {
                 return Ok(e);
             }
@@ -591,10 +663,10 @@ impl Parser {
     fn group_or_atom(&mut self) -> Result<Expr, String> {
         match self.peek() {
             Some(Tok::Open(_)) => self.primary(),
-            Some(Tok::Num(x)) => {
-                let x = *x;
+            Some(Tok::Num(x, _)) => {
+                let x = x.clone();
                 self.pos += 1;
-                Ok(Expr::Num(x))
+                Ok(x)
             }
             Some(Tok::Minus) => {
                 self.pos += 1;
@@ -613,7 +685,7 @@ impl Parser {
 
     fn primary_inner(&mut self) -> Result<Expr, String> {
         match self.next() {
-            Some(Tok::Num(x)) => Ok(Expr::Num(x)),
+            Some(Tok::Num(x, _)) => Ok(x),
             Some(Tok::Var(v)) => {
                 if self.eat(&Tok::Under) {
                     let sub = self.subscript()?;
@@ -681,7 +753,7 @@ impl Parser {
                     None => Expr::Call(Func::Sqrt, Box::new(radicand)),
                     Some(n) => Expr::Pow(
                         Box::new(radicand),
-                        Box::new(Expr::Div(Box::new(Expr::Num(1.0)), Box::new(n))),
+                        Box::new(Expr::Div(Box::new(lit(1)), Box::new(n))),
                     ),
                 })
             }
@@ -694,14 +766,14 @@ impl Parser {
     /// A subscript: a number, a letter or a braced group of them, as text.
     fn subscript(&mut self) -> Result<String, String> {
         match self.next() {
-            Some(Tok::Num(x)) => Ok(format!("{x}")),
+            Some(Tok::Num(_, text)) => Ok(text),
             Some(Tok::Var(v)) => Ok(v),
             Some(Tok::Open('{')) => {
                 let mut s = String::new();
                 loop {
                     match self.next() {
                         Some(Tok::Close('}')) => return Ok(s),
-                        Some(Tok::Num(x)) => s.push_str(&format!("{x}")),
+                        Some(Tok::Num(_, text)) => s.push_str(&text),
                         Some(Tok::Var(v)) => s.push_str(&v),
                         _ => return Err("bad subscript".to_owned()),
                     }
@@ -730,7 +802,7 @@ impl Parser {
         let mut func = f;
         let mut power = power;
         if let Some(Expr::Neg(inner)) = &power
-            && **inner == Expr::Num(1.0)
+            && **inner == lit(1)
             && let Some(inv) = f.inverse()
         {
             func = inv; // sin^{-1} x = arcsin x

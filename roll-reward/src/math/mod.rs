@@ -8,10 +8,14 @@ mod equivalence;
 mod expr;
 mod extract;
 mod normalize;
+mod rational;
+mod value;
 mod worker;
 
-pub use equivalence::{MAX_ANSWER_LEN, MAX_ELEMENTS, Rule, Tolerance, equivalent};
+pub use equivalence::{MAX_ANSWER_LEN, MAX_ELEMENTS, MAX_POINTS, Rule, Tolerance, equivalent};
 pub use expr::{Expr, Func};
 pub use extract::{AnswerSource, ExtractedAnswer, extract_answer, gold_answer};
-pub use normalize::normalize;
+pub use normalize::{MAX_NORMALIZE_LEN, normalize};
+pub use rational::{MAX_BITS, Rational};
+pub use value::{Agreement, Value, compare};
 pub use worker::{MathRuleConfig, MathRuleWorker, MathVerdict};

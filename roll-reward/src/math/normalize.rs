@@ -132,62 +132,133 @@ const UNITS: &[&str] = &[
     "time",
 ];
 
-/// The normal form of `answer`.
+/// Longest answer normalised, in bytes (64 KiB, far above [`MAX_ANSWER_LEN`]). A longer one is
+/// returned trimmed and otherwise unchanged: the comparison rules only ever compare such answers
+/// as strings, so normalising them would be work for nothing.
+///
+/// [`MAX_ANSWER_LEN`]: super::MAX_ANSWER_LEN
+pub const MAX_NORMALIZE_LEN: usize = 64 * 1024;
+
+/// The normal form of `answer`: LaTeX wrappers (`\text{}`, `\boxed{}`, ...) unwrapped, spacing,
+/// `$`, `\left`/`\right`, degree signs, units, thousands separators and a leading `x =`
+/// removed, mixed numbers made sums.
+///
+/// Linear in the length of `answer`: every pass is a single scan, and the braces closing each
+/// `{` are found once for the whole text (a scan per `\text{` would make `\text{\text{...` of
+/// unclosed wrappers quadratic). Answers over [`MAX_NORMALIZE_LEN`] bytes are only trimmed.
 pub fn normalize(answer: &str) -> String {
-    let mut s = answer.trim().to_owned();
+    normalize_counted(answer).0
+}
+
+/// [`normalize`], and the number of steps the unwrapping of commands took (for the test that
+/// it stays linear).
+fn normalize_counted(answer: &str) -> (String, usize) {
+    let trimmed = answer.trim();
+    if trimmed.len() > MAX_NORMALIZE_LEN {
+        return (trimmed.to_owned(), 0);
+    }
+    let mut s = trimmed.to_owned();
     for (from, to) in REPLACE {
         if s.contains(from) {
             s = s.replace(from, to);
         }
     }
-    s = unwrap_commands(&s, 0);
+    let mut unwrapper = Unwrapper::new(&s);
+    let mut out = String::with_capacity(s.len() + 16);
+    unwrapper.unwrap(&s, 0, s.len(), 0, &mut out);
+    let steps = unwrapper.steps;
+    let mut s = out;
     for d in DELETE {
         if s.contains(d) {
             s = s.replace(d, " ");
         }
     }
-    let mut s = collapse_spaces(&s);
-    // A sentence-final period (not a decimal point).
-    while let Some(t) = s.strip_suffix('.') {
-        s = t.trim_end().to_owned();
+    let s = collapse_spaces(&s);
+    // Sentence-final periods (not a decimal point), trimmed as a slice: one pass.
+    let mut t = s.as_str();
+    while let Some(rest) = t.strip_suffix('.') {
+        t = rest.trim_end();
     }
-    let s = strip_assignment(&s);
+    let s = strip_assignment(t);
     let s = strip_units(s);
     let s = strip_thousands(&s);
     let s = mixed_number(&s).unwrap_or(s);
-    s.replace(' ', "")
+    (s.replace(' ', ""), steps)
 }
 
 /// Nesting of `\text{..}`-like wrappers unwrapped; deeper ones are left as they are.
 const MAX_UNWRAP_DEPTH: usize = 8;
 
-/// `\text{abc}` → ` abc ` (spaces keep a unit apart from its number).
-fn unwrap_commands(s: &str, depth: usize) -> String {
-    if depth >= MAX_UNWRAP_DEPTH {
-        return s.to_owned();
+/// `\text{abc}` → ` abc ` (spaces keep a unit apart from its number), in one pass over a table
+/// of matching braces.
+struct Unwrapper {
+    /// For each byte that is an unescaped `{`, the byte index of its matching `}` (`usize::MAX`
+    /// when it has none); unused elsewhere.
+    closing: Vec<usize>,
+    /// Steps taken: characters copied and commands tried.
+    steps: usize,
+}
+
+impl Unwrapper {
+    /// The table of matching braces of `s`, escaped braces (`\{`) skipped — the same pairs as
+    /// [`matching_brace`](crate::text::matching_brace) finds, in one scan with a stack.
+    fn new(s: &str) -> Self {
+        let bytes = s.as_bytes();
+        let mut closing = vec![usize::MAX; bytes.len()];
+        let mut open: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 1,
+                b'{' => open.push(i),
+                b'}' => {
+                    if let Some(o) = open.pop() {
+                        closing[o] = i;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Self { closing, steps: 0 }
     }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    'outer: while !rest.is_empty() {
-        if rest.starts_with('\\') {
-            for cmd in UNWRAP {
-                if let Some(after) = rest.strip_prefix(cmd)
-                    && let Some(body) = after.trim_start().strip_prefix('{')
-                    && let Some(end) = crate::text::matching_brace(body)
-                {
-                    out.push(' ');
-                    out.push_str(&unwrap_commands(&body[..end], depth + 1));
-                    out.push(' ');
-                    rest = &body[end + 1..];
-                    continue 'outer;
+
+    /// Appends `s[start..end]` with its wrappers unwrapped to `out`.
+    fn unwrap(&mut self, s: &str, start: usize, end: usize, depth: usize, out: &mut String) {
+        if depth >= MAX_UNWRAP_DEPTH {
+            out.push_str(&s[start..end]);
+            self.steps += 1;
+            return;
+        }
+        let mut i = start;
+        'outer: while i < end {
+            self.steps += 1;
+            let rest = &s[i..end];
+            if rest.starts_with('\\') {
+                for cmd in UNWRAP {
+                    self.steps += 1;
+                    let Some(after) = rest.strip_prefix(cmd) else {
+                        continue;
+                    };
+                    let after_ws = after.trim_start();
+                    let open = end - after_ws.len();
+                    if after_ws.starts_with('{')
+                        && let Some(&close) = self.closing.get(open)
+                        && close < end
+                    {
+                        out.push(' ');
+                        self.unwrap(s, open + 1, close, depth + 1, out);
+                        out.push(' ');
+                        i = close + 1;
+                        continue 'outer;
+                    }
                 }
             }
+            let c = rest.chars().next().map_or(1, char::len_utf8);
+            out.push_str(&rest[..c]);
+            i += c;
         }
-        let c = rest.chars().next().map_or(1, char::len_utf8);
-        out.push_str(&rest[..c]);
-        rest = &rest[c..];
     }
-    out
 }
 
 fn collapse_spaces(s: &str) -> String {
@@ -317,5 +388,51 @@ mod tests {
         assert_eq!(normalize("a = b = c"), "a=b=c");
         assert_eq!(normalize("(100,200)"), "(100,200)");
         assert_eq!(normalize("3 m/s"), "3");
+    }
+
+    /// Steps per input byte that unwrapping may take: a constant, whatever the nesting.
+    const STEPS_PER_BYTE: usize = 40;
+
+    #[test]
+    fn unwrapping_takes_linear_steps_on_pathological_nesting() {
+        // (8,000 wrappers side by side are 64,000 bytes: just under the cut-off.)
+        for n in [100, 1_000, 8_000] {
+            // Unclosed wrappers: a scan to the end for each `\text{` would be n²/2 steps.
+            let unclosed = r"\text{".repeat(n) + "1";
+            // Closed ones, nested n deep (only MAX_UNWRAP_DEPTH levels are unwrapped).
+            let nested = r"\text{".repeat(n) + "1" + &"}".repeat(n);
+            // Many wrappers side by side.
+            let flat = r"\text{1}".repeat(n);
+            for input in [&unclosed, &nested, &flat] {
+                let (out, steps) = normalize_counted(input);
+                assert!(
+                    steps <= STEPS_PER_BYTE * input.len(),
+                    "{n}: {steps} steps for {} bytes",
+                    input.len()
+                );
+                assert!(out.len() <= input.len(), "{n}: output grew");
+            }
+            assert!(normalize(&flat) == "1".repeat(n), "{n}: not unwrapped");
+        }
+        // Only the first levels are unwrapped; the rest stays as written.
+        let deep = r"\text{".repeat(20) + "7" + &"}".repeat(20);
+        let out = normalize(&deep);
+        assert!(out.ends_with(&format!("7{}", "}".repeat(12))), "{out}");
+    }
+
+    #[test]
+    fn long_inputs_are_bounded() {
+        // Periods stripped in one pass, not by copying the string once per period.
+        assert_eq!(normalize(&format!("1{}", ".".repeat(60_000))), "1");
+        // Over the cut-off: trimmed, not normalised.
+        let huge = format!("  {}  ", r"\text{".repeat(MAX_NORMALIZE_LEN / 6 + 1));
+        assert!(normalize(&huge) == huge.trim(), "changed over the cut-off");
+        let (_, steps) = normalize_counted(&huge);
+        assert_eq!(steps, 0);
+        // Just under it: normalised, in linear steps.
+        let under = r"\text{".repeat(MAX_NORMALIZE_LEN / 6 - 1);
+        let (out, steps) = normalize_counted(&under);
+        assert!(steps <= STEPS_PER_BYTE * under.len());
+        assert!(out.len() <= under.len());
     }
 }

@@ -1,6 +1,6 @@
 //! [`MathRuleWorker`]: 1 if the final answer equals the ground truth, else 0.
 
-use super::equivalence::{Rule, Tolerance, equivalent};
+use super::equivalence::{MAX_POINTS, Rule, Tolerance, equivalent};
 use super::extract::{AnswerSource, extract_answer, gold_answer};
 use crate::error::RewardError;
 use crate::text::shorten;
@@ -12,9 +12,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MathRuleConfig {
-    /// Relative tolerance of numeric comparison. Default `1e-6`.
+    /// Relative tolerance for values with an irrational part, and the most a rounded decimal
+    /// may differ from the exact value it stands for (see [`Tolerance`]); in `[0, 1)`.
+    /// Default `1e-6`.
     pub relative_tolerance: f64,
-    /// Random points at which symbolic answers are compared (at least 3). Default `8`.
+    /// Sample points (per half: twice this are tried) at which symbolic answers are compared;
+    /// 3 to [`MAX_POINTS`]. Default `8`.
     pub symbolic_points: usize,
     /// Score only answers in a `\boxed{}`; `#### x` and "the answer is x" then score 0.
     /// Default `false`.
@@ -32,21 +35,27 @@ impl Default for MathRuleConfig {
 }
 
 impl MathRuleConfig {
-    /// Checks the ranges.
+    /// Checks the ranges: a tolerance that is NaN, infinite, negative or 1 and more (which
+    /// would make any two numbers of one sign equal), and fewer than 3 or more than
+    /// [`MAX_POINTS`] symbolic points, are refused.
     ///
     /// # Errors
     /// [`RewardError::InvalidConfig`] naming the key.
     pub fn validate(&self) -> Result<(), RewardError> {
-        if !(self.relative_tolerance.is_finite() && self.relative_tolerance >= 0.0) {
+        let tol = self.relative_tolerance;
+        if !(tol.is_finite() && (0.0..1.0).contains(&tol)) {
             return Err(RewardError::invalid_config(
                 "math_rule.relative_tolerance",
-                format!("{} is not a finite number >= 0", self.relative_tolerance),
+                format!("{tol} is not a number in [0, 1)"),
             ));
         }
-        if self.symbolic_points < 3 {
+        if !(3..=MAX_POINTS).contains(&self.symbolic_points) {
             return Err(RewardError::invalid_config(
                 "math_rule.symbolic_points",
-                format!("{} is fewer than the 3 points needed", self.symbolic_points),
+                format!(
+                    "{} is outside 3..={MAX_POINTS} (3 points are needed to decide)",
+                    self.symbolic_points
+                ),
             ));
         }
         Ok(())
