@@ -1,13 +1,13 @@
 //! Per-token estimators of `KL(π ‖ π_ref)` from the log-probabilities of the sampled tokens
 //! (Schulman, "Approximating KL Divergence", 2020, <http://joschu.net/blog/kl-approx.html>).
 //!
-//! Each estimator exists on tensors (for the KL loss, with gradients) and on `f32` slices (for
-//! the per-token KL penalty subtracted from rewards). Both forms compute the same numbers.
+//! Each estimator exists on `f32` slices (here: for the per-token KL penalty subtracted from
+//! rewards) and on tensors ([`kl_tensor`](super::kl_tensor), feature `tensor`: for the KL loss,
+//! with gradients). Both forms compute the same numbers, checked against the same hand-computed
+//! table.
 
-use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
-use crate::loss::check::{batch_dims, expect_shape};
 use crate::{AlgoError, Result};
 
 /// Bound of ROLL's k3 clamp: `k3 ∈ [−10, 10]`.
@@ -16,7 +16,7 @@ pub const K3_CLAMP: f32 = 10.0;
 /// Range to which `k = ref − logp` is clamped before `exp` in k3. Inside it nothing changes
 /// (`exp(k) − k − 1` already exceeds [`K3_CLAMP`] for `k > 2.6` or `k < −11`); outside it keeps
 /// `exp` finite so that a clamped token yields a zero gradient instead of `0·∞ = NaN`.
-const K3_EXP_GUARD: f32 = 20.0;
+pub(crate) const K3_EXP_GUARD: f32 = 20.0;
 
 /// Which estimator of the per-token KL divergence to use. With `d = logp − ref`:
 ///
@@ -57,36 +57,6 @@ impl KlEstimator {
     }
 }
 
-/// Per-token KL estimate on tensors (see [`KlEstimator`]); differentiable in both inputs (detach
-/// `ref_logp` yourself if it should carry no gradient). The k3 clamp zeroes the gradient of
-/// clamped tokens.
-///
-/// # Shapes
-/// `logp`, `ref_logp`: `[B, T]` → `[B, T]`.
-///
-/// # Errors
-/// [`AlgoError::ShapeMismatch`] if the shapes disagree.
-pub fn kl_tensor(
-    estimator: KlEstimator,
-    logp: Tensor<2>,
-    ref_logp: Tensor<2>,
-) -> Result<Tensor<2>> {
-    let dims = batch_dims("logp", &logp)?;
-    expect_shape("ref_logp", ref_logp.dims(), dims)?;
-    let d = logp - ref_logp;
-    Ok(match estimator {
-        KlEstimator::K1 => d,
-        KlEstimator::Abs => d.abs(),
-        KlEstimator::K2 => d.square().mul_scalar(0.5),
-        KlEstimator::K3 => {
-            let k = d.neg().clamp(-K3_EXP_GUARD, K3_EXP_GUARD);
-            (k.clone().exp() - k)
-                .sub_scalar(1.0)
-                .clamp(-K3_CLAMP, K3_CLAMP)
-        }
-    })
-}
-
 /// Per-token KL estimate on slices: `out_i = estimate(logp_i, ref_i)` (see [`KlEstimator`]).
 /// Used as the per-token KL penalty of KL-in-reward: `r_t ← r_t − β·out_t`.
 ///
@@ -109,11 +79,10 @@ pub fn kl_slice(estimator: KlEstimator, logp: &[f32], ref_logp: &[f32]) -> Resul
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use burn::tensor::Device;
 
-    const ALL: [KlEstimator; 4] = [
+    pub(crate) const ALL: [KlEstimator; 4] = [
         KlEstimator::K1,
         KlEstimator::Abs,
         KlEstimator::K2,
@@ -121,10 +90,10 @@ mod tests {
     ];
 
     /// d = logp − ref = −0.5, 0.3, 0, −20 (the last one clamps k3: exp(20) − 21 ≫ 10).
-    const LOGP: [f32; 4] = [-1.5, -0.7, -2.0, -25.0];
-    const REF: [f32; 4] = [-1.0, -1.0, -2.0, -5.0];
+    pub(crate) const LOGP: [f32; 4] = [-1.5, -0.7, -2.0, -25.0];
+    pub(crate) const REF: [f32; 4] = [-1.0, -1.0, -2.0, -5.0];
 
-    fn expected(e: KlEstimator) -> [f32; 4] {
+    pub(crate) fn expected(e: KlEstimator) -> [f32; 4] {
         match e {
             KlEstimator::K1 => [-0.5, 0.3, 0.0, -20.0],
             KlEstimator::Abs => [0.5, 0.3, 0.0, 20.0],
@@ -138,23 +107,6 @@ mod tests {
     fn slice_form() {
         for e in ALL {
             let got = kl_slice(e, &LOGP, &REF).unwrap();
-            for (g, x) in got.iter().zip(expected(e)) {
-                assert!((g - x).abs() < 1e-5, "{e:?}: {got:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn tensor_form_matches() {
-        let dev = Device::flex();
-        let logp = Tensor::<2>::from_floats([LOGP], &dev);
-        let r = Tensor::<2>::from_floats([REF], &dev);
-        for e in ALL {
-            let got: Vec<f32> = kl_tensor(e, logp.clone(), r.clone())
-                .unwrap()
-                .into_data()
-                .try_into_vec()
-                .unwrap();
             for (g, x) in got.iter().zip(expected(e)) {
                 assert!((g - x).abs() < 1e-5, "{e:?}: {got:?}");
             }

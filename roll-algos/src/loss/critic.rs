@@ -2,35 +2,14 @@
 //! `CriticWorker.loss_func`, OpenAI baselines' `ppo2`).
 
 use burn::tensor::{Bool, Tensor};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::aggregate::{Denominators, LossAggregation, aggregate};
-use super::check::{batch_dims, expect_shape, invalid, read_f32s};
+use super::aggregate::aggregate;
+use super::config::aggregation::{Denominators, LossAggregation};
+use super::config::value_loss::ValueLossConfig;
 use super::masked::masked_mean;
+use super::shape::{batch_dims, expect_shape, read_f32s};
 use crate::Result;
-
-/// Settings of the critic loss (ROLL's `value_clip`).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ValueLossConfig {
-    /// Value clip `c`: new values may move at most `c` from the values at rollout time.
-    /// `None` (ROLL's default) disables clipping.
-    pub clip: Option<f32>,
-}
-
-impl ValueLossConfig {
-    /// Checks the settings; keys are relative to the algorithm section (`value_loss.*`).
-    pub fn validate(&self) -> Result<()> {
-        match self.clip {
-            Some(c) if !(c.is_finite() && c > 0.0) => Err(invalid(
-                "value_loss.clip",
-                c,
-                "a finite number > 0, or unset",
-            )),
-            _ => Ok(()),
-        }
-    }
-}
 
 /// Per-token critic loss and where the clipped branch was taken:
 ///
@@ -201,12 +180,5 @@ mod tests {
         assert!((out.metrics.vf_loss - 0.5).abs() < 1e-6);
         assert!((out.metrics.clip_frac - 1.0 / 3.0).abs() < 1e-6);
         assert!((out.metrics.value_mean - 1.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn validation() {
-        assert!(ValueLossConfig { clip: Some(0.0) }.validate().is_err());
-        assert!(ValueLossConfig { clip: Some(0.2) }.validate().is_ok());
-        assert!(ValueLossConfig::default().validate().is_ok());
     }
 }

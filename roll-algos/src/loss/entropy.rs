@@ -3,7 +3,8 @@
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Bool, Tensor};
 
-use super::aggregate::{Denominators, LossAggregation, aggregate};
+use super::aggregate::aggregate;
+use super::config::aggregation::{Denominators, LossAggregation};
 use crate::Result;
 
 /// Entropy of each position's next-token distribution: `H_bt = −Σ_v p_btv·log p_btv` with

@@ -9,7 +9,7 @@
 
 use burn::tensor::Tensor;
 
-use super::check::{batch_dims, expect_shape};
+use super::shape::{batch_dims, expect_shape};
 use super::token_loss::TokenLoss;
 use crate::Result;
 

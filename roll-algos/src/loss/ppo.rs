@@ -4,19 +4,9 @@
 
 use burn::tensor::Tensor;
 
-use super::check::{batch_dims, expect_shape};
+use super::shape::{batch_dims, expect_shape};
 use super::token_loss::TokenLoss;
 use crate::Result;
-
-/// The dual-clip constant `c` of the dual-clip paper (arXiv:1912.09729, §3.1), also verl's
-/// `clip_ratio_c` default.
-pub const DEFAULT_DUAL_CLIP: f32 = 3.0;
-
-/// The dual-clip constant ROLL uses when `dual_clip_loss: true`: `c = 1 + 2·pg_clip`
-/// (`1.4` for the default `pg_clip = 0.2`). Pass it as `dual_clip` to reproduce ROLL.
-pub fn roll_dual_clip(pg_clip: f32) -> f32 {
-    1.0 + 2.0 * pg_clip
-}
 
 /// Per-token PPO clipped-surrogate loss:
 ///
@@ -77,6 +67,7 @@ pub fn ppo_clip_loss(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::loss::config::policy_loss::{DEFAULT_DUAL_CLIP, roll_dual_clip};
     use crate::test_util::{assert_close as close, bools as b, floats as v};
     use burn::tensor::Device;
 

@@ -1,23 +1,10 @@
 //! Importance ratios between the current policy and the policy that produced the samples.
 
-use burn::tensor::{Bool, Tensor};
-use serde::{Deserialize, Serialize};
-
-use super::check::{batch_dims, expect_shape};
+use super::config::policy_loss::RatioLevel;
 use super::masked::{row_mean, zero_untrained};
+use super::shape::{batch_dims, expect_shape};
 use crate::Result;
-
-/// Granularity of the PPO importance ratio (ROLL's `importance_sampling`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RatioLevel {
-    /// One ratio per token: `r_bt = exp(logp_bt − old_bt)` (PPO, arXiv:1707.06347).
-    #[default]
-    Token,
-    /// One ratio per sequence, the geometric mean of its token ratios, broadcast to its tokens
-    /// (GSPO, arXiv:2507.18071): `r_b = exp(Σ_t m_bt·(logp_bt − old_bt) / max(n_b, 1))`.
-    Sequence,
-}
+use burn::tensor::{Bool, Tensor};
 
 /// Log-ratio on trained tokens, zero elsewhere: `ℓ_bt = (logp_bt − old_bt)·m_bt`.
 ///
