@@ -151,7 +151,7 @@ fn bad_directories_give_named_errors() {
 
     let dir = broken_copy("missing");
     edit_config(&dir, "num_hidden_layers", 5.into());
-    edit_config(&dir, "layer_types", serde_json::json!(["full_attention"; 5]));
+    edit_config(&dir, "layer_types", serde_json::json!(vec!["full_attention"; 5]));
     let err = load_model(&dir, &device).unwrap_err();
     assert!(
         matches!(&err, BackendError::MissingTensor { name, .. } if name.starts_with("model.layers.4.")),

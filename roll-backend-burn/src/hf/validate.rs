@@ -381,9 +381,9 @@ mod tests {
     fn qwen2_head_arithmetic_and_odd_head_dim() {
         // 32 / 4 = 8 per head; an explicit head_dim of 16 cannot be Qwen2.
         assert_eq!(bad_field(with(qwen2(), "head_dim", json!(16))), "head_dim");
-        // hidden 30 with 4 heads: no integral head width.
+        // hidden 34 with 4 heads: no integral head width.
         assert_eq!(
-            bad_field(with(qwen2(), "hidden_size", json!(30))),
+            bad_field(with(qwen2(), "hidden_size", json!(34))),
             "num_attention_heads"
         );
         let mut q3 = with(qwen2(), "model_type", json!("qwen3"));
