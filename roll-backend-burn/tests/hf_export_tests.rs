@@ -8,9 +8,7 @@
 
 mod support;
 
-use roll_backend_burn::hf::{
-    HfSource, export_hf_dir, export_peft_adapter, load_model_and_source,
-};
+use roll_backend_burn::hf::{HfSource, export_hf_dir, export_peft_adapter, load_model_and_source};
 use roll_backend_burn::train::{LoraConfig, Trainer, TrainerConfig};
 use roll_backend_burn::{
     BackendError, CausalLm, Device, GenerationConfig, HfConfig, HfTokenizer, SaveDtype,
@@ -139,11 +137,17 @@ fn a_trained_model_exports_losslessly_and_reloads_identically() {
             assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
             assert_ne!(a, b, "the exported weights are the untrained ones");
         } else {
-            assert!(out_files[name] == *bytes, "`{name}` differs from the source");
+            assert!(
+                out_files[name] == *bytes,
+                "`{name}` differs from the source"
+            );
         }
     }
     // config.json: every key and value, including the ones `save_model` used to drop.
-    let (a, b) = (json(&src_files["config.json"]), json(&out_files["config.json"]));
+    let (a, b) = (
+        json(&src_files["config.json"]),
+        json(&out_files["config.json"]),
+    );
     assert_eq!(a, b);
     for key in [
         "max_position_embeddings",
@@ -235,7 +239,10 @@ fn exports_that_would_mislabel_or_overwrite_are_refused() {
             if field == "intermediate_size" && model == "64" && source_value == "352"),
         "{err}"
     );
-    assert!(!out.join("model.safetensors").exists(), "wrote before failing");
+    assert!(
+        !out.join("model.safetensors").exists(),
+        "wrote before failing"
+    );
     // Into the directory it was loaded from (a copy, to keep the fixture safe if this broke).
     let copy = temp_dir("export-self");
     for (name, bytes) in files(&src) {
@@ -243,7 +250,10 @@ fn exports_that_would_mislabel_or_overwrite_are_refused() {
     }
     let (model, source) = load_model_and_source(&copy, &dev()).unwrap();
     let err = export_hf_dir(&model, &source, &copy, &SaveOptions::default()).unwrap_err();
-    assert!(matches!(&err, BackendError::InvalidInput(m) if m.contains("loaded from")), "{err}");
+    assert!(
+        matches!(&err, BackendError::InvalidInput(m) if m.contains("loaded from")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -255,7 +265,11 @@ fn the_source_keeps_tokenizer_files_and_skips_weights_of_every_format() {
     for name in ["vocab.json", "merges.txt", "chat_template.jinja", "LICENSE"] {
         std::fs::write(dir.join(name), format!("{name} content")).unwrap();
     }
-    for name in ["pytorch_model.bin", "model.safetensors.index.json", ".gitattributes"] {
+    for name in [
+        "pytorch_model.bin",
+        "model.safetensors.index.json",
+        ".gitattributes",
+    ] {
         std::fs::write(dir.join(name), "stale").unwrap();
     }
     std::fs::create_dir(dir.join("original")).unwrap();
@@ -330,21 +344,35 @@ fn lora_adapters_export_in_peft_layout_and_rebuild_the_merged_weights() {
     assert_eq!(config["task_type"], "CAUSAL_LM");
     assert_eq!(config["r"], 4);
     assert_eq!(config["lora_alpha"], 8.0);
-    assert_eq!(config["target_modules"], serde_json::json!(["q_proj", "down_proj"]));
+    assert_eq!(
+        config["target_modules"],
+        serde_json::json!(["q_proj", "down_proj"])
+    );
     assert_eq!(config["base_model_name_or_path"], "tiny-qwen2-sft");
 
     let adapter = f32_tensors(&out.join("adapter_model.safetensors"));
     assert_eq!(adapter.len(), 16);
     let (a_shape, _) = &adapter["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"];
     let (b_shape, _) = &adapter["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"];
-    assert_eq!((a_shape.as_slice(), b_shape.as_slice()), (&[4, 128][..], &[128, 4][..]));
+    assert_eq!(
+        (a_shape.as_slice(), b_shape.as_slice()),
+        (&[4, 128][..], &[128, 4][..])
+    );
     let (a_shape, _) = &adapter["base_model.model.model.layers.3.mlp.down_proj.lora_A.weight"];
     let (b_shape, _) = &adapter["base_model.model.model.layers.3.mlp.down_proj.lora_B.weight"];
-    assert_eq!((a_shape.as_slice(), b_shape.as_slice()), (&[4, 352][..], &[128, 4][..]));
+    assert_eq!(
+        (a_shape.as_slice(), b_shape.as_slice()),
+        (&[4, 352][..], &[128, 4][..])
+    );
 
     // PEFT's merge, W + (alpha / r)·B·A in HF layout, equals roll's merged model.
     let merged_dir = temp_dir("peft-merged");
-    save_model(&trainer.merged_model().unwrap(), &merged_dir, &SaveOptions::default()).unwrap();
+    save_model(
+        &trainer.merged_model().unwrap(),
+        &merged_dir,
+        &SaveOptions::default(),
+    )
+    .unwrap();
     let merged = f32_tensors(&merged_dir.join("model.safetensors"));
     let base = f32_tensors(&src.join("model.safetensors"));
     let scale = lora.alpha as f32 / lora.rank as f32;
@@ -362,13 +390,20 @@ fn lora_adapters_export_in_peft_layout_and_rebuild_the_merged_weights() {
                     let delta: f32 = (0..r).map(|k| b[i * r + k] * a[k * cols + j]).sum();
                     let peft = w[i * cols + j] + scale * delta;
                     let d = (peft - expected[i * cols + j]).abs();
-                    assert!(d < 1e-5, "{stem}[{i},{j}]: PEFT {peft} vs roll {}", expected[i * cols + j]);
+                    assert!(
+                        d < 1e-5,
+                        "{stem}[{i},{j}]: PEFT {peft} vs roll {}",
+                        expected[i * cols + j]
+                    );
                     moved = moved.max((scale * delta).abs());
                 }
             }
         }
     }
-    assert!(moved > 1e-5, "the adapters are still zero: the test checks nothing");
+    assert!(
+        moved > 1e-5,
+        "the adapters are still zero: the test checks nothing"
+    );
 
     // A model without adapters has nothing to export.
     let err = export_peft_adapter(
@@ -379,7 +414,10 @@ fn lora_adapters_export_in_peft_layout_and_rebuild_the_merged_weights() {
         SaveDtype::F32,
     )
     .unwrap_err();
-    assert!(matches!(&err, BackendError::InvalidInput(m) if m.contains("no LoRA")), "{err}");
+    assert!(
+        matches!(&err, BackendError::InvalidInput(m) if m.contains("no LoRA")),
+        "{err}"
+    );
 }
 
 /// Greedy continuation of `prompt` (argmax of the last position's logits, `n` tokens).
@@ -393,7 +431,10 @@ fn greedy(model: &CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
         let (best, _) = last
             .iter()
             .enumerate()
-            .fold((0, f32::NEG_INFINITY), |acc, (i, &x)| if x > acc.1 { (i, x) } else { acc });
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |acc, (i, &x)| if x > acc.1 { (i, x) } else { acc },
+            );
         ids.push(best as u32);
     }
     ids[prompt.len()..].to_vec()
@@ -410,9 +451,7 @@ fn greedy(model: &CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
 fn write_transformers_roundtrip_reference() {
     let out = std::env::var_os("ROLL_HF_ROUNDTRIP_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/hf_roundtrip")
-        });
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/hf_roundtrip"));
     let src = fixture(FIXTURE);
     let (model, source) = load_model_and_source(&src, &dev()).unwrap();
     let tok = HfTokenizer::from_dir(&src).unwrap();

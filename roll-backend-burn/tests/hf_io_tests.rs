@@ -151,7 +151,11 @@ fn bad_directories_give_named_errors() {
 
     let dir = broken_copy("missing");
     edit_config(&dir, "num_hidden_layers", 5.into());
-    edit_config(&dir, "layer_types", serde_json::json!(vec!["full_attention"; 5]));
+    edit_config(
+        &dir,
+        "layer_types",
+        serde_json::json!(vec!["full_attention"; 5]),
+    );
     let err = load_model(&dir, &device).unwrap_err();
     assert!(
         matches!(&err, BackendError::MissingTensor { name, .. } if name.starts_with("model.layers.4.")),
@@ -271,8 +275,8 @@ fn configs_written_by_transformers_4_and_5_load_alike_for_every_architecture() {
                 // `num_experts` (4.x, hub) or `num_local_experts` (5.x).
                 assert_eq!(cfg.num_experts, Some(6), "{arch} v{version}");
             }
-            let loaded = load_model(&dir, &device)
-                .unwrap_or_else(|e| panic!("{arch} v{version}: {e}"));
+            let loaded =
+                load_model(&dir, &device).unwrap_or_else(|e| panic!("{arch} v{version}: {e}"));
             assert_eq!(
                 logits_of(&loaded, &ids, &device),
                 expected,
@@ -286,7 +290,12 @@ fn configs_written_by_transformers_4_and_5_load_alike_for_every_architecture() {
 fn a_transformers_5_moe_config_with_a_wrong_expert_count_is_refused() {
     let device = Device::flex();
     let dir = temp_dir("moe-experts");
-    save_model(&spelled_model("qwen3_moe", &device), &dir, &SaveOptions::default()).unwrap();
+    save_model(
+        &spelled_model("qwen3_moe", &device),
+        &dir,
+        &SaveOptions::default(),
+    )
+    .unwrap();
     let mut cfg: serde_json::Value = serde_json::from_str(QWEN3_MOE_V5).unwrap();
     cfg["num_local_experts"] = 8.into();
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
@@ -317,7 +326,11 @@ fn configs_a_model_cannot_run_with_are_refused_by_name() {
             serde_json::json!({"rope_theta": 0.0, "rope_type": "default"}),
             "rope_parameters.rope_theta",
         ),
-        ("max_position_embeddings", 0.into(), "max_position_embeddings"),
+        (
+            "max_position_embeddings",
+            0.into(),
+            "max_position_embeddings",
+        ),
         (
             "layer_types",
             serde_json::json!(["full_attention", "full_attention"]),

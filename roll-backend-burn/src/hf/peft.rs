@@ -56,7 +56,11 @@ impl ModuleVisitor for CollectFactors {
         if n < 3 || self.stack[n - 2].1 != "Reparameterization" {
             return;
         }
-        let names: Vec<&str> = self.stack.iter().filter_map(|(s, _)| s.as_deref()).collect();
+        let names: Vec<&str> = self
+            .stack
+            .iter()
+            .filter_map(|(s, _)| s.as_deref())
+            .collect();
         let [.., weight, lora, factor] = names.as_slice() else {
             return;
         };

@@ -58,10 +58,7 @@ pub(crate) fn write_safetensors(
     };
     tensors.sort_by(|a, b| a.name.cmp(&b.name));
     let mut header = serde_json::Map::new();
-    header.insert(
-        "__metadata__".into(),
-        serde_json::json!({ "format": "pt" }),
-    );
+    header.insert("__metadata__".into(), serde_json::json!({ "format": "pt" }));
     let mut data = Vec::new();
     for t in &tensors {
         if t.values.len() != t.shape.iter().product::<usize>() {

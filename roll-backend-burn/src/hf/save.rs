@@ -103,7 +103,11 @@ pub fn save_model(model: &CausalLm, dir: impl AsRef<Path>, options: &SaveOptions
 }
 
 /// [`save_weights`] of whichever architecture `model` is.
-pub(crate) fn save_model_weights(model: &CausalLm, dir: &Path, options: &SaveOptions) -> Result<()> {
+pub(crate) fn save_model_weights(
+    model: &CausalLm,
+    dir: &Path,
+    options: &SaveOptions,
+) -> Result<()> {
     match model {
         CausalLm::Qwen2(m) => save_weights(m, dir, options),
         CausalLm::Qwen3(m) => save_weights(m, dir, options),

@@ -426,12 +426,24 @@ mod tests {
     fn layer_types_must_cover_every_layer_with_full_attention() {
         let short = with(qwen2(), "layer_types", json!(["full_attention"]));
         assert_eq!(bad_field(short), "layer_types");
-        let odd = with(qwen2(), "layer_types", json!(["full_attention", "linear_attention"]));
+        let odd = with(
+            qwen2(),
+            "layer_types",
+            json!(["full_attention", "linear_attention"]),
+        );
         assert_eq!(bad_field(odd), "layer_types[1]");
         // Legacy name, and a sliding layer whose window is off: both full attention.
-        let ok = with(qwen2(), "layer_types", json!(["attention", "sliding_attention"]));
+        let ok = with(
+            qwen2(),
+            "layer_types",
+            json!(["attention", "sliding_attention"]),
+        );
         HfConfig::from_json(ok).unwrap();
-        let mut sliding = with(qwen2(), "layer_types", json!(["full_attention", "sliding_attention"]));
+        let mut sliding = with(
+            qwen2(),
+            "layer_types",
+            json!(["full_attention", "sliding_attention"]),
+        );
         sliding["use_sliding_window"] = json!(true);
         sliding["sliding_window"] = json!(16);
         assert_eq!(bad_field(sliding), "layer_types[1]");
@@ -461,15 +473,37 @@ mod tests {
     #[test]
     fn moe_fields_are_checked() {
         HfConfig::from_json(moe()).unwrap();
-        assert_eq!(bad_field(with(moe(), "num_experts_per_tok", json!(5))), "num_experts_per_tok");
-        assert_eq!(bad_field(with(moe(), "num_experts_per_tok", json!(0))), "num_experts_per_tok");
-        assert_eq!(bad_field(with(moe(), "num_experts", json!(0))), "num_experts");
-        assert_eq!(bad_field(with(moe(), "moe_intermediate_size", json!(0))), "moe_intermediate_size");
-        assert_eq!(bad_field(with(moe(), "decoder_sparse_step", json!(0))), "decoder_sparse_step");
-        assert_eq!(bad_field(with(moe(), "mlp_only_layers", json!([0, 2]))), "mlp_only_layers");
+        assert_eq!(
+            bad_field(with(moe(), "num_experts_per_tok", json!(5))),
+            "num_experts_per_tok"
+        );
+        assert_eq!(
+            bad_field(with(moe(), "num_experts_per_tok", json!(0))),
+            "num_experts_per_tok"
+        );
+        assert_eq!(
+            bad_field(with(moe(), "num_experts", json!(0))),
+            "num_experts"
+        );
+        assert_eq!(
+            bad_field(with(moe(), "moe_intermediate_size", json!(0))),
+            "moe_intermediate_size"
+        );
+        assert_eq!(
+            bad_field(with(moe(), "decoder_sparse_step", json!(0))),
+            "decoder_sparse_step"
+        );
+        assert_eq!(
+            bad_field(with(moe(), "mlp_only_layers", json!([0, 2]))),
+            "mlp_only_layers"
+        );
         // Every layer sparse: the dense width is unused and may be 0, as transformers allows.
         HfConfig::from_json(with(moe(), "intermediate_size", json!(0))).unwrap();
-        let dense_layer = with(with(moe(), "intermediate_size", json!(0)), "mlp_only_layers", json!([1]));
+        let dense_layer = with(
+            with(moe(), "intermediate_size", json!(0)),
+            "mlp_only_layers",
+            json!([1]),
+        );
         assert_eq!(bad_field(dense_layer), "intermediate_size");
     }
 
