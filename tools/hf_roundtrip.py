@@ -19,8 +19,12 @@ Input (written by the ignored Rust test `write_transformers_roundtrip_reference`
     #                                          "input_ids", "token_logprobs", "greedy_tokens"}]}
     python3 tools/hf_roundtrip.py target/hf_roundtrip/reference.json
 
-(`ROLL_HF_ROUNDTRIP_DIR=/some/dir` writes elsewhere.) Needs `torch`, `transformers` and
-`safetensors` (`pip install torch transformers safetensors`). Exits 1 if the token ids or the
+The reference also holds `lora`: LoRA adapters after one step, exported in PEFT's layout
+(`adapter/`), and roll's log-probs of the adapted policy; the script loads them with
+`PeftModel.from_pretrained(base, adapter)` and compares (skipped if `lora` is absent).
+
+(`ROLL_HF_ROUNDTRIP_DIR=/some/dir` writes elsewhere.) Needs `torch`, `transformers`,
+`safetensors` and `peft` (`pip install torch transformers safetensors peft`). Exits 1 if the token ids or the
 greedy tokens differ or a log-prob differs by more than `--tol` (default 1e-4).
 """
 
@@ -42,6 +46,31 @@ def greedy(model, ids, n):
             logits = model(torch.tensor([ids])).logits[0, -1]
             ids.append(int(torch.argmax(logits)))
     return ids[start:]
+
+
+def check_peft(reference, reference_path, tol):
+    """LoRA adapters exported by roll, loaded with PEFT on the base model: log-probs vs roll's."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    lora = reference["lora"]
+    adapter_dir = os.path.join(os.path.dirname(os.path.abspath(reference_path)), lora["adapter_dir"])
+    base = AutoModelForCausalLM.from_pretrained(lora["base_dir"], dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter_dir)
+    model.eval()
+    worst = 0.0
+    for case in lora["cases"]:
+        ids = case["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+        hf_lp = [logp[t, ids[t + 1]].item() for t in range(len(ids) - 1)]
+        if len(hf_lp) != len(case["token_logprobs"]):
+            worst = math.inf
+            continue
+        worst = max([worst] + [abs(a - b) for a, b in zip(hf_lp, case["token_logprobs"])])
+    print(f"PEFT adapter on the base: max |log-prob diff| vs roll's LoRA policy: {worst:.3e}")
+    return worst <= tol
 
 
 def main() -> int:
@@ -87,6 +116,8 @@ def main() -> int:
         print(f"  greedy tokens equal: {same_greedy}  hf {hf_greedy}  roll {case['greedy_tokens']}")
         print(f"  hf greedy text: {tok.decode(hf_greedy)!r}")
     print(f"max |log-prob diff| over all cases: {worst:.3e} (tolerance {args.tol:g})")
+    if "lora" in reference:
+        ok &= check_peft(reference, args.reference, args.tol)
     print("OK" if ok else "MISMATCH")
     return 0 if ok else 1
 

@@ -443,7 +443,9 @@ fn greedy(model: &CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
 /// Writes the input of `tools/hf_roundtrip.py` into `$ROLL_HF_ROUNDTRIP_DIR` (default
 /// `target/hf_roundtrip`): `model/`, the fixture after one train step exported with
 /// [`export_hf_dir`], and `reference.json` with, per prompt, its text, token ids, roll's
-/// per-token log-probs (`token_logprobs[t] = log p(ids[t+1] | ids[..=t])`) and 12 greedy tokens.
+/// per-token log-probs (`token_logprobs[t] = log p(ids[t+1] | ids[..=t])`) and 12 greedy tokens;
+/// and `adapter/`, LoRA adapters after one step in PEFT's layout ([`export_peft_adapter`]), with
+/// `lora.cases`, roll's log-probs of the adapted policy, for PEFT to reproduce on the base.
 ///
 /// `cargo test -p roll-backend-burn --test hf_export_tests -- --ignored write_transformers`
 #[test]
@@ -484,9 +486,48 @@ fn write_transformers_roundtrip_reference() {
             })
         })
         .collect();
+    // LoRA: one step on the base, adapters in PEFT's layout, roll's log-probs of the adapted
+    // policy (adapters merged) for PEFT to reproduce on top of the untouched base.
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        target_modules: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+    };
+    let base = load_model(&src, &dev()).unwrap();
+    let lora_trainer = train_one_step(base, &sequences(&tok), Some(lora.clone()));
+    let adapter_dir = out.join("adapter");
+    let _ = std::fs::remove_dir_all(&adapter_dir);
+    export_peft_adapter(
+        lora_trainer.training_model().unwrap(),
+        &lora,
+        src.canonicalize().unwrap().to_str(),
+        &adapter_dir,
+        SaveDtype::F32,
+    )
+    .unwrap();
+    let merged = lora_trainer.merged_model().unwrap();
+    let lora_cases: Vec<serde_json::Value> = prompts
+        .iter()
+        .map(|text| {
+            let ids = tok.encode_ids(text).unwrap();
+            let seq = ScoreSequence {
+                prompt_ids: ids[..1].to_vec(),
+                response_ids: ids[1..].to_vec(),
+            };
+            serde_json::json!({
+                "input_ids": ids,
+                "token_logprobs": logprobs(&merged, &[seq]).remove(0),
+            })
+        })
+        .collect();
     let reference = serde_json::json!({
         "model_dir": "model",
         "cases": cases,
+        "lora": {
+            "base_dir": src.canonicalize().unwrap(),
+            "adapter_dir": "adapter",
+            "cases": lora_cases,
+        },
     });
     std::fs::write(
         out.join("reference.json"),

@@ -291,7 +291,7 @@ impl HfConfig {
                 Some(x) => vec![x],
             };
             for id in ids {
-                if !id.as_u64().is_some_and(|n| n < self.vocab_size as u64) {
+                if id.as_u64().is_none_or(|n| n >= self.vocab_size as u64) {
                     return Err(invalid(
                         key,
                         id,
