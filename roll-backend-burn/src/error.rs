@@ -50,6 +50,57 @@ pub enum BackendError {
     #[error("invalid model config: {0}")]
     InvalidConfig(String),
 
+    /// A `config.json` field has a value the architecture cannot run with (zero layers, a
+    /// non-positive `rms_norm_eps`, a RoPE base of 0, `layer_types` of the wrong length, ...).
+    #[error("config field `{field}` = {value} is not allowed: must be {allowed}")]
+    InvalidConfigField {
+        /// The key, dotted for nested ones (e.g. `rope_parameters.rope_type`).
+        field: String,
+        /// The value found, as JSON.
+        value: String,
+        /// What the architecture accepts.
+        allowed: String,
+    },
+
+    /// A model handed to an export disagrees with the `config.json` it is exported under (a
+    /// config that would describe other weights).
+    #[error(
+        "cannot export: the model's `{field}` is {model} but the source config.json says {source_value}"
+    )]
+    ExportMismatch {
+        /// The config key that differs.
+        field: String,
+        /// The model's value.
+        model: String,
+        /// The source config's value.
+        source_value: String,
+    },
+
+    /// A sequence is longer than the model's `max_position_embeddings`.
+    #[error(
+        "sequence {sequence} has {length} tokens, more than max_position_embeddings ({max_position_embeddings})"
+    )]
+    SequenceTooLong {
+        /// Index of the sequence in its request.
+        sequence: usize,
+        /// Its length in tokens (prompt and response).
+        length: usize,
+        /// The model's limit.
+        max_position_embeddings: usize,
+    },
+
+    /// A computed log-probability is NaN or infinite (broken weights or an overflow), which
+    /// would poison every loss and advantage computed from it.
+    #[error("log-prob of sequence {sequence} at response position {position} is {value}")]
+    NonFiniteLogprob {
+        /// Index of the sequence in its request.
+        sequence: usize,
+        /// Response token index.
+        position: usize,
+        /// The value (NaN or ±inf).
+        value: f32,
+    },
+
     /// The checkpoint lacks a tensor the model needs.
     #[error("missing tensor `{name}` in `{}`", dir.display())]
     MissingTensor {

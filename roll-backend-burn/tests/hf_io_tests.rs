@@ -4,7 +4,8 @@
 mod support;
 
 use roll_backend_burn::{
-    BackendError, CausalLm, Device, SaveDtype, SaveOptions, TokenBatch, load_model, save_model,
+    BackendError, CausalLm, Device, HfConfig, SaveDtype, SaveOptions, TokenBatch, load_model,
+    save_model,
 };
 use support::{fixture, read_safetensors, safetensors_metadata, temp_dir};
 
@@ -150,6 +151,11 @@ fn bad_directories_give_named_errors() {
 
     let dir = broken_copy("missing");
     edit_config(&dir, "num_hidden_layers", 5.into());
+    edit_config(
+        &dir,
+        "layer_types",
+        serde_json::json!(vec!["full_attention"; 5]),
+    );
     let err = load_model(&dir, &device).unwrap_err();
     assert!(
         matches!(&err, BackendError::MissingTensor { name, .. } if name.starts_with("model.layers.4.")),
@@ -198,4 +204,153 @@ fn rope_theta_is_read_from_either_place() {
     .unwrap();
     let old_style = load_model(&dir, &device).unwrap();
     assert_eq!(logits(&model, &device), logits(&old_style, &device));
+}
+
+/// `config.json` of the test model as transformers 4.57 writes it, with the `torch_dtype` key of
+/// 4.x before 4.56 (hub checkpoints).
+const QWEN2_V4: &str = r#"{"attention_dropout": 0.0, "bos_token_id": 2, "eos_token_id": 1, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "layer_types": ["full_attention", "full_attention"], "max_position_embeddings": 256, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "float32", "transformers_version": "4.57.6", "use_cache": true, "use_sliding_window": false, "vocab_size": 97}"#;
+
+/// `config.json` of the test model as transformers 4.57 writes it, with the `torch_dtype` key of
+/// 4.x before 4.56 (hub checkpoints).
+const QWEN3_V4: &str = r#"{"attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 2, "eos_token_id": 1, "head_dim": 24, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "layer_types": ["full_attention", "full_attention"], "max_position_embeddings": 256, "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "float32", "transformers_version": "4.57.6", "use_cache": true, "use_sliding_window": false, "vocab_size": 97}"#;
+
+/// `config.json` of the test model as transformers 4.57 writes it, with the `torch_dtype` key of
+/// 4.x before 4.56 (hub checkpoints).
+const QWEN3_MOE_V4: &str = r#"{"attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 2, "decoder_sparse_step": 1, "eos_token_id": 1, "head_dim": 24, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "max_position_embeddings": 256, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 32, "norm_topk_prob": true, "num_attention_heads": 4, "num_experts": 6, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_key_value_heads": 2, "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "float32", "transformers_version": "4.57.6", "use_cache": true, "use_sliding_window": false, "vocab_size": 97}"#;
+
+/// `config.json` of the test model as transformers 5.23 writes it.
+const QWEN2_V5: &str = r#"{"attention_dropout": 0.0, "bos_token_id": 2, "dtype": "float32", "eos_token_id": 1, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "layer_types": ["full_attention", "full_attention"], "max_position_embeddings": 256, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "pad_token_id": null, "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": null, "tie_word_embeddings": false, "transformers_version": "5.23.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 97}"#;
+
+/// `config.json` of the test model as transformers 5.23 writes it.
+const QWEN3_V5: &str = r#"{"attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 2, "dtype": "float32", "eos_token_id": 1, "head_dim": 24, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "layer_types": ["full_attention", "full_attention"], "max_position_embeddings": 256, "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "pad_token_id": null, "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": null, "tie_word_embeddings": false, "transformers_version": "5.23.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 97}"#;
+
+/// `config.json` of the test model as transformers 5.23 writes it.
+const QWEN3_MOE_V5: &str = r#"{"attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 2, "decoder_sparse_step": 1, "dtype": "float32", "eos_token_id": 1, "head_dim": 24, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "max_position_embeddings": 256, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 32, "norm_topk_prob": true, "num_attention_heads": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_key_value_heads": 2, "num_local_experts": 6, "output_router_logits": false, "pad_token_id": null, "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false, "transformers_version": "5.23.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 97}"#;
+
+/// The random test model the configs above describe: vocab 97, hidden 64, 2 layers, 4 heads /
+/// 2 kv heads, RoPE base 1e6, eps 1e-5, untied; Qwen3 head_dim 24; MoE 6 experts, top 2.
+fn spelled_model(model_type: &str, device: &Device) -> CausalLm {
+    let mut c = HfConfig::new(model_type, 97, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.rope_theta = Some(1e6);
+    c.rms_norm_eps = 1e-5;
+    if model_type != "qwen2" {
+        c.head_dim = Some(24);
+        c.attention_bias = Some(false);
+    }
+    if model_type == "qwen3_moe" {
+        c.num_experts = Some(6);
+        c.num_experts_per_tok = Some(2);
+        c.moe_intermediate_size = Some(32);
+        c.norm_topk_prob = Some(true);
+    }
+    CausalLm::init(&c, device).unwrap()
+}
+
+fn logits_of(model: &CausalLm, ids: &[u32], device: &Device) -> Vec<f32> {
+    let batch = TokenBatch::single(ids, model.vocab_size(), device).unwrap();
+    model.forward(&batch).into_data().try_into_vec().unwrap()
+}
+
+#[test]
+fn configs_written_by_transformers_4_and_5_load_alike_for_every_architecture() {
+    let device = Device::flex();
+    let ids = [5u32, 17, 3, 96, 40, 41, 8];
+    for (arch, v4, v5) in [
+        ("qwen2", QWEN2_V4, QWEN2_V5),
+        ("qwen3", QWEN3_V4, QWEN3_V5),
+        ("qwen3_moe", QWEN3_MOE_V4, QWEN3_MOE_V5),
+    ] {
+        let model = spelled_model(arch, &device);
+        let expected = logits_of(&model, &ids, &device);
+        let dir = temp_dir(&format!("spell-{arch}"));
+        save_model(&model, &dir, &SaveOptions::default()).unwrap();
+        for (version, text) in [("4", v4), ("5", v5)] {
+            std::fs::write(dir.join("config.json"), text).unwrap();
+            let cfg = HfConfig::from_file(dir.join("config.json"))
+                .unwrap_or_else(|e| panic!("{arch} v{version}: {e}"));
+            assert_eq!(cfg.rope_theta().unwrap(), 1e6, "{arch} v{version}");
+            assert_eq!(cfg.max_position_embeddings, Some(256), "{arch} v{version}");
+            if arch == "qwen3_moe" {
+                // `num_experts` (4.x, hub) or `num_local_experts` (5.x).
+                assert_eq!(cfg.num_experts, Some(6), "{arch} v{version}");
+            }
+            let loaded =
+                load_model(&dir, &device).unwrap_or_else(|e| panic!("{arch} v{version}: {e}"));
+            assert_eq!(
+                logits_of(&loaded, &ids, &device),
+                expected,
+                "{arch}: transformers {version}.x config loads another model"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_transformers_5_moe_config_with_a_wrong_expert_count_is_refused() {
+    let device = Device::flex();
+    let dir = temp_dir("moe-experts");
+    save_model(
+        &spelled_model("qwen3_moe", &device),
+        &dir,
+        &SaveOptions::default(),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(QWEN3_MOE_V5).unwrap();
+    cfg["num_local_experts"] = 8.into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    // 8 experts against a checkpoint of 6: the loader reads the 5.x key, so the shapes disagree.
+    let err = load_model(&dir, &device).unwrap_err();
+    assert!(
+        matches!(&err, BackendError::ShapeMismatch { name, .. } | BackendError::MissingTensor { name, .. } if name.contains("mlp")),
+        "{err}"
+    );
+    // Both spellings, disagreeing.
+    cfg["num_experts"] = 6.into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let err = load_model(&dir, &device).unwrap_err();
+    assert!(
+        matches!(&err, BackendError::InvalidConfigField { field, .. } if field == "num_local_experts"),
+        "{err}"
+    );
+}
+
+#[test]
+fn configs_a_model_cannot_run_with_are_refused_by_name() {
+    let device = Device::flex();
+    let cases: [(&str, serde_json::Value, &str); 6] = [
+        ("rms_norm_eps", (-1e-6).into(), "rms_norm_eps"),
+        ("num_hidden_layers", 0.into(), "num_hidden_layers"),
+        (
+            "rope_parameters",
+            serde_json::json!({"rope_theta": 0.0, "rope_type": "default"}),
+            "rope_parameters.rope_theta",
+        ),
+        (
+            "max_position_embeddings",
+            0.into(),
+            "max_position_embeddings",
+        ),
+        (
+            "layer_types",
+            serde_json::json!(["full_attention", "full_attention"]),
+            "layer_types",
+        ),
+        (
+            "rope_parameters",
+            serde_json::json!({"rope_theta": 1e4, "rope_type": "yarn", "factor": 4.0}),
+            "rope_parameters.rope_type",
+        ),
+    ];
+    for (key, value, expected_field) in cases {
+        let dir = broken_copy("refuse");
+        edit_config(&dir, key, value.clone());
+        let err = load_model(&dir, &device).unwrap_err();
+        match &err {
+            BackendError::InvalidConfigField { field, .. } => {
+                assert_eq!(field, expected_field, "{key} = {value}: {err}")
+            }
+            other => panic!("{key} = {value}: expected InvalidConfigField, got {other}"),
+        }
+    }
 }

@@ -13,11 +13,13 @@ use std::path::{Path, PathBuf};
 
 /// Loads a HuggingFace model directory: `config.json` picks the architecture, the weights come
 /// from `model.safetensors` or from the shards listed in `model.safetensors.index.json`.
-/// f32, bf16 and f16 checkpoints all load as f32 parameters.
+/// f32, bf16 and f16 checkpoints all load as f32 parameters. To export the trained model back
+/// as a HF directory later, load with [`super::load_model_and_source`] instead.
 ///
 /// # Errors
 /// [`BackendError::Io`] for a missing or unreadable file, [`BackendError::InvalidJson`],
-/// [`BackendError::UnknownModelType`], [`BackendError::InvalidConfig`],
+/// [`BackendError::UnknownModelType`], [`BackendError::InvalidConfigField`] (see
+/// [`HfConfig::validate`]), [`BackendError::InvalidConfig`],
 /// [`BackendError::MissingTensor`], [`BackendError::ShapeMismatch`] and
 /// [`BackendError::Safetensors`] (truncated or corrupt file), each naming the file or tensor.
 ///
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 /// ```
 pub fn load_model(dir: impl AsRef<Path>, device: &Device) -> Result<CausalLm> {
     let dir = dir.as_ref();
+    // Parsed in either transformers spelling and validated field by field.
     let config = HfConfig::from_file(dir.join("config.json"))?;
     let mut model = CausalLm::init(&config, device)?;
     match &mut model {

@@ -82,8 +82,12 @@ impl SaveOptions {
     }
 }
 
-/// Writes `model` to `dir` as a HF model directory: `config.json` and the weights (see
-/// [`save_weights`]). Tokenizer files are not written (copy them from the source directory).
+/// Writes `model` to `dir` as a HF model directory: the weights (see [`save_weights`]) and a
+/// `config.json` rebuilt from the architecture alone ([`CausalLm::hf_config`]).
+///
+/// For a model that was loaded from a HF directory use [`super::export_hf_dir`] instead: it
+/// writes back the loaded `config.json` with every key (`max_position_embeddings`, token ids,
+/// `layer_types`, ...) and the tokenizer and generation files, which this function cannot know.
 ///
 /// # Errors
 /// [`BackendError::Io`] / [`BackendError::Save`] naming the file that could not be written.
@@ -95,6 +99,15 @@ pub fn save_model(model: &CausalLm, dir: impl AsRef<Path>, options: &SaveOptions
         .extra
         .insert("dtype".into(), options.dtype.hf_name().into());
     write_json(&dir.join("config.json"), &config)?;
+    save_model_weights(model, dir, options)
+}
+
+/// [`save_weights`] of whichever architecture `model` is.
+pub(crate) fn save_model_weights(
+    model: &CausalLm,
+    dir: &Path,
+    options: &SaveOptions,
+) -> Result<()> {
     match model {
         CausalLm::Qwen2(m) => save_weights(m, dir, options),
         CausalLm::Qwen3(m) => save_weights(m, dir, options),
