@@ -89,6 +89,36 @@ async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() 
     assert_eq!(first["step"], 0);
     let resolved = Config::from_file(out.join("config.toml")).expect("the resolved config loads");
     assert_eq!(resolved, config);
+    // The trained policy exports beside the source's files and loads back as what it generates.
+    let exported = out.join("model");
+    run.export(&exported).expect("export");
+    let reloaded = load_model(&exported, &Device::flex()).expect("reload");
+    let request = roll::core::policy::ScoreRequest {
+        sequences: vec![roll::core::policy::ScoreSequence {
+            prompt_ids: vec![5, 6, 7],
+            response_ids: vec![8, 9],
+        }],
+        ..Default::default()
+    };
+    let scored = roll::backend::score(
+        &reloaded,
+        None,
+        &request,
+        &Default::default(),
+        &Device::flex(),
+    )
+    .expect("score");
+    let live = run.actor().score(&request).await.expect("live score");
+    for (a, b) in scored[0].logprobs.iter().zip(&live[0].logprobs) {
+        assert!((a - b).abs() < 1e-5, "exported {a} vs live {b}");
+    }
+    for file in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        assert_eq!(
+            std::fs::read(exported.join(file)).expect(file),
+            std::fs::read(std::path::Path::new(FIXTURE).join(file)).expect(file),
+            "{file}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 

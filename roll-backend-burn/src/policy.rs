@@ -45,6 +45,7 @@
 //! critic always scores through its value head on the training forward.
 
 use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
+use crate::hf::{HfSource, SaveOptions, export_hf_dir};
 use crate::train::{CriticTrainer, Trainer, TrainerConfig};
 use crate::{
     BackendError, CausalLm, Result, ScoringOptions, ValueHead, device as device_for, score,
@@ -103,7 +104,31 @@ struct Snapshot {
 }
 
 impl Snapshot {
+    /// Scores `request` with the kernels it names; a non-finite log-prob (weights gone bad, a
+    /// config the checks missed) is an error naming the sequence and position, never a number
+    /// that flows into a loss.
     fn score(
+        &self,
+        request: &ScoreRequest,
+        options: &ScoringOptions,
+        device: &Device,
+    ) -> Result<Vec<TokenScores>> {
+        let scores = self.score_unchecked(request, options, device)?;
+        for (sequence, s) in scores.iter().enumerate() {
+            if let Some((position, &value)) =
+                s.logprobs.iter().enumerate().find(|(_, v)| !v.is_finite())
+            {
+                return Err(BackendError::NonFiniteLogprob {
+                    sequence,
+                    position,
+                    value,
+                });
+            }
+        }
+        Ok(scores)
+    }
+
+    fn score_unchecked(
         &self,
         request: &ScoreRequest,
         options: &ScoringOptions,
@@ -276,6 +301,22 @@ impl BurnPolicy {
     /// If a previous call panicked while holding the policy's state.
     pub fn model(&self) -> Result<CausalLm> {
         Ok(self.inner.scoring.current()?.served.model().clone())
+    }
+
+    /// Exports the weights new generations use as a HuggingFace directory next to everything
+    /// else of `source` (the directory the model was loaded from): its `config.json` with every
+    /// key kept, tokenizer files, `generation_config.json` — so transformers and roll load it
+    /// and it generates and stops as the trained policy does (see [`export_hf_dir`]).
+    ///
+    /// # Errors
+    /// As [`export_hf_dir`].
+    pub fn export(
+        &self,
+        source: &HfSource,
+        out_dir: impl AsRef<Path>,
+        options: &SaveOptions,
+    ) -> Result<()> {
+        export_hf_dir(&self.model()?, source, out_dir, options)
     }
 
     /// Writes the trainer's state (weights, optimiser, RNG, step, weight version) atomically to

@@ -45,6 +45,7 @@ fn logprobs(model: &CausalLm, seqs: &[ScoreSequence]) -> Vec<Vec<f32>> {
     let request = ScoreRequest {
         sequences: seqs.to_vec(),
         with_entropy: false,
+        ..Default::default()
     };
     score(model, None, &request, &ScoringOptions::default(), &dev())
         .unwrap()
@@ -66,6 +67,7 @@ fn train_one_step(model: CausalLm, seqs: &[ScoreSequence], lora: Option<LoraConf
                 response_ids: s.response_ids.clone(),
                 loss_mask: vec![true; s.response_ids.len()],
                 advantages: vec![1.0; s.response_ids.len()],
+                rollout_logprobs: old.clone(),
                 old_logprobs: old,
                 ref_logprobs: None,
                 returns: None,

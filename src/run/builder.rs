@@ -241,6 +241,17 @@ impl Run {
         &self.actor
     }
 
+    /// Exports the actor's current weights as a HuggingFace directory, beside the files of the
+    /// directory the model came from (config with every key, tokenizer, generation config).
+    ///
+    /// # Errors
+    /// If the source directory cannot be read again or the export cannot be written.
+    pub fn export(&self, out_dir: impl AsRef<std::path::Path>) -> Result<()> {
+        let source = roll_backend_burn::hf::HfSource::open(&self.plan.model.dir)?;
+        let options = roll_backend_burn::SaveOptions::default();
+        Ok(self.actor.export(&source, out_dir, &options)?)
+    }
+
     /// Runs one step and appends its metrics to `metrics.jsonl`.
     ///
     /// # Errors

@@ -62,7 +62,7 @@ pub fn evaluate(expr: &str) -> Result<f64, String> {
 /// multiplication, which the character check leaves as the only way).
 fn products(e: &Expr) -> usize {
     match e {
-        Expr::Num(_) | Expr::Var(_) => 0,
+        Expr::Lit(_) | Expr::Num(_) | Expr::Var(_) => 0,
         Expr::Mul(a, b) => 1 + products(a) + products(b),
         Expr::Neg(a) | Expr::Call(_, a) | Expr::Factorial(a) => products(a),
         Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) | Expr::Log(a, b) => {
@@ -74,7 +74,7 @@ fn products(e: &Expr) -> usize {
 /// Whether some division in `e` has a divisor that evaluates to exactly zero.
 fn divides_by_zero(e: &Expr) -> bool {
     match e {
-        Expr::Num(_) | Expr::Var(_) => false,
+        Expr::Lit(_) | Expr::Num(_) | Expr::Var(_) => false,
         Expr::Div(a, b) => b.eval(&[]) == 0.0 || divides_by_zero(a) || divides_by_zero(b),
         Expr::Neg(a) | Expr::Call(_, a) | Expr::Factorial(a) => divides_by_zero(a),
         Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Pow(a, b) | Expr::Log(a, b) => {
