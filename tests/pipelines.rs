@@ -112,7 +112,11 @@ async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() 
     for (a, b) in scored[0].logprobs.iter().zip(&live[0].logprobs) {
         assert!((a - b).abs() < 1e-5, "exported {a} vs live {b}");
     }
-    for file in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+    for file in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
         assert_eq!(
             std::fs::read(exported.join(file)).expect(file),
             std::fs::read(std::path::Path::new(FIXTURE).join(file)).expect(file),

@@ -306,6 +306,14 @@ impl Config {
                  (build the pipeline in code with `RlvrPipeline::with_critic`)",
             );
         }
+        if self.train.critic_warmup > 0 {
+            return refuse(
+                "train.critic_warmup",
+                &self.train.critic_warmup.to_string(),
+                "0: a config cannot describe a critic yet, so nothing would train during the \
+                 warm-up (set `RlvrPipelineConfig::critic_warmup` with `with_critic` in code)",
+            );
+        }
         if self.algorithm.objective.train_infer_correction.is_some()
             && !self.train.recompute_old_logprobs
         {
