@@ -26,6 +26,9 @@ impl Denominators {
     ///
     /// # Shapes
     /// `mask`: `[B, T]`.
+    ///
+    /// # Errors
+    /// [`AlgoError::TensorRead`](crate::AlgoError::TensorRead) if the counts cannot be read.
     pub fn from_mask(mask: Tensor<2, Bool>) -> Result<Self> {
         let both = Tensor::cat(vec![token_count(mask.clone()), valid_sample_count(mask)], 0);
         let v = read_f32s("loss mask counts", both)?;

@@ -1,8 +1,8 @@
 //! Shape checks and device reads shared by the tensor losses and the tensor KL estimator
 //! (crate-private).
 //!
-//! Every public tensor function does two things before and after touching a tensor: compare shapes
-//! (naming the input that is wrong) and read scalars back from a device without panicking.
+//! Before touching a tensor every public tensor function compares shapes, naming the input that is
+//! wrong; metrics are read back from the device without panicking.
 
 use burn::tensor::Tensor;
 

@@ -37,7 +37,15 @@ mod tests {
 
     #[test]
     fn validation() {
-        assert!(ValueLossConfig { clip: Some(0.0) }.validate().is_err());
+        for bad in [0.0, -0.2, f32::NAN, f32::INFINITY] {
+            assert!(
+                matches!(
+                    ValueLossConfig { clip: Some(bad) }.validate(),
+                    Err(crate::AlgoError::InvalidValue { ref key, .. }) if key == "value_loss.clip"
+                ),
+                "{bad}"
+            );
+        }
         assert!(ValueLossConfig { clip: Some(0.2) }.validate().is_ok());
         assert!(ValueLossConfig::default().validate().is_ok());
     }
