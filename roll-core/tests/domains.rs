@@ -69,14 +69,24 @@ fn two_tags_of_one_domain_are_normalised_in_one_bucket() {
     let mut from_b = Prompt::new(PromptId(2), "2+2?", "b");
     map.resolve_prompt(&mut from_a).unwrap();
     map.resolve_prompt(&mut from_b).unwrap();
-    assert_eq!((from_a.domain.as_str(), from_b.domain.as_str()), ("math", "math"));
+    assert_eq!(
+        (from_a.domain.as_str(), from_b.domain.as_str()),
+        ("math", "math")
+    );
 
     let groups = [group(1, from_a, 1.0), group(2, from_b, 0.0)];
     let mut moments = DomainMoments::new();
     // One bucket {1, 1, 0, 0}: mean 0.5, so the advantages are ±0.5.
-    assert_eq!(advantages(&groups, &mut moments), vec![0.5, 0.5, -0.5, -0.5]);
+    assert_eq!(
+        advantages(&groups, &mut moments),
+        vec![0.5, 0.5, -0.5, -0.5]
+    );
     let keys: Vec<&str> = moments.iter().map(|(d, _)| d).collect();
-    assert_eq!(keys, vec!["math"], "moments are kept per domain, not per tag");
+    assert_eq!(
+        keys,
+        vec!["math"],
+        "moments are kept per domain, not per tag"
+    );
 }
 
 /// The control: the same prompts left unresolved (domain = tag) fall into two buckets, each

@@ -39,7 +39,10 @@ async fn dispatches_on_the_resolved_domain_and_names_unknown_domains() {
         1.0
     );
     let tagged = resolved(&map, sample("b-data", "", None));
-    assert_eq!((tagged.prompt.tag.as_str(), tagged.prompt.domain.as_str()), ("b-data", "b"));
+    assert_eq!(
+        (tagged.prompt.tag.as_str(), tagged.prompt.domain.as_str()),
+        ("b-data", "b")
+    );
     assert_eq!(router.score(&tagged).await.unwrap().value, 2.0);
     // The router resolves nothing itself: an unresolved tag is an unknown domain.
     let err = router
@@ -168,7 +171,10 @@ async fn built_from_config_with_wrapper_options() {
     assert_eq!(router.options("math"), Some(opts(2_500, 4)));
     assert_eq!(router.options("if"), Some(RouteOptions::default()));
     let r = router
-        .score(&resolved(&map, sample("math500", r"\boxed{12}", Some("12"))))
+        .score(&resolved(
+            &map,
+            sample("math500", r"\boxed{12}", Some("12")),
+        ))
         .await
         .unwrap();
     assert_eq!((r.value, r.score), (0.5, Some(1.0)));
@@ -409,7 +415,11 @@ fn a_mixed_dataset_is_resolved_once_and_mixed_by_the_config_ratios() {
             }
         }
     }
-    assert_eq!(math_tags.len(), 2, "both math tags are drawn, as one domain");
+    assert_eq!(
+        math_tags.len(),
+        2,
+        "both math tags are drawn, as one domain"
+    );
     assert_eq!(mixer.status().end(), None, "dataset domains repeat");
 }
 
@@ -436,7 +446,11 @@ fn per_domain_sources_end_at_the_first_dry_domain() {
     let math = dataset(100, &["math"]).into_iter();
     let mut mixer = PromptMixer::new(quota, [("code", code), ("math", math)], 4).unwrap();
     let status = mixer.status();
-    assert_eq!(mixer.by_ref().count(), 12, "three batches of 1 code + 3 math");
+    assert_eq!(
+        mixer.by_ref().count(),
+        12,
+        "three batches of 1 code + 3 math"
+    );
     assert_eq!(
         status.end(),
         Some(MixerEnd::Exhausted {
@@ -478,7 +492,11 @@ async fn the_mixer_feeds_the_scheduler_and_the_router_scores_resolved_domains() 
     assert!(status.yielded() >= 4);
     let mut seen = BTreeMap::new();
     for g in &batch.groups {
-        let want = if g.prompt().tag == "mbpp" { ("code", 2.0) } else { ("math", 1.0) };
+        let want = if g.prompt().tag == "mbpp" {
+            ("code", 2.0)
+        } else {
+            ("math", 1.0)
+        };
         assert_eq!(g.prompt().domain, want.0, "{}", g.prompt().tag);
         assert!(g.rewards().unwrap().iter().all(|r| *r == want.1));
         *seen.entry(want.0).or_insert(0) += 1;

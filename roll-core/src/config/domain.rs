@@ -157,7 +157,9 @@ impl DomainMap {
 
     /// Whether `name` is one of the domains.
     pub fn contains_domain(&self, name: &str) -> bool {
-        self.domains.binary_search_by(|d| d.as_str().cmp(name)).is_ok()
+        self.domains
+            .binary_search_by(|d| d.as_str().cmp(name))
+            .is_ok()
     }
 
     /// The domain of `tag` (a tag listed by a domain, or a domain's own name).
@@ -365,7 +367,10 @@ mod tests {
         );
         // Naming the own domain is redundant, not ambiguous.
         let d = domains(&[("math", 1.0, &["math", "gsm8k"])]);
-        assert_eq!(DomainMap::from_config(&d).unwrap().resolve("math").unwrap(), "math");
+        assert_eq!(
+            DomainMap::from_config(&d).unwrap().resolve("math").unwrap(),
+            "math"
+        );
         let err = DomainMap::new([("a", vec!["t"]), ("a", vec![])]).expect_err("dup domain");
         assert!(err.to_string().contains("domains.a"), "{err}");
     }
@@ -408,8 +413,14 @@ mod tests {
 
         let mut unknown = Prompt::new(PromptId(5), "q", "chem");
         let err = map.resolve_prompt(&mut unknown).unwrap_err().to_string();
-        assert!(err.contains("prompt#5 has tag `chem`") && err.contains("`math`"), "{err}");
-        assert_eq!(unknown.domain, "chem", "a failed resolution changes nothing");
+        assert!(
+            err.contains("prompt#5 has tag `chem`") && err.contains("`math`"),
+            "{err}"
+        );
+        assert_eq!(
+            unknown.domain, "chem",
+            "a failed resolution changes nothing"
+        );
 
         // An explicit domain wins over the tag, but must exist.
         let mut explicit = Prompt::new(PromptId(6), "q", "chem").with_domain("math");

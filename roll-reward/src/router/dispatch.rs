@@ -257,10 +257,7 @@ impl RewardRouterBuilder {
             .collect();
         DomainQuota::new(ratios.iter().cloned())?;
         Ok(RewardRouter {
-            inner: Arc::new(Inner {
-                routes,
-                ratios,
-            }),
+            inner: Arc::new(Inner { routes, ratios }),
         })
     }
 }

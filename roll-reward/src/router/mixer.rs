@@ -165,7 +165,12 @@ impl PromptMixer<Prompt> {
         batch_size: usize,
     ) -> Result<Self, RewardError> {
         let map = DomainMap::from_config(domains).map_err(|e| invalid("domains", e))?;
-        Self::by_tag(DomainQuota::from_domains(domains)?, &map, dataset, batch_size)
+        Self::by_tag(
+            DomainQuota::from_domains(domains)?,
+            &map,
+            dataset,
+            batch_size,
+        )
     }
 
     /// [`from_config`](Self::from_config) with the quota and the resolver given separately
@@ -193,9 +198,10 @@ impl PromptMixer<Prompt> {
                 format!("domain `{d}` is in {has} but not in {lacks}"),
             ));
         }
-        let mut split = map.split(dataset).map_err(|e| invalid("prompt dataset", e))?;
-        let mut sources: Vec<(String, std::iter::Cycle<std::vec::IntoIter<Prompt>>)> =
-            Vec::new();
+        let mut split = map
+            .split(dataset)
+            .map_err(|e| invalid("prompt dataset", e))?;
+        let mut sources: Vec<(String, std::iter::Cycle<std::vec::IntoIter<Prompt>>)> = Vec::new();
         let mut empty = Vec::new();
         let mut skipped = 0;
         for (name, &p) in quota.domains().iter().zip(quota.probabilities()) {
@@ -406,8 +412,8 @@ mod tests {
     fn prompts_of_zero_ratio_domains_are_skipped_and_counted() {
         let q = DomainQuota::new([("math", 1.0), ("off", 0.0)]).unwrap();
         let map = DomainMap::new([("math", Vec::<String>::new()), ("off", vec![])]).unwrap();
-        let mut m = PromptMixer::by_tag(q, &map, dataset(&["off", "math", "off", "math"]), 1)
-            .unwrap();
+        let mut m =
+            PromptMixer::by_tag(q, &map, dataset(&["off", "math", "off", "math"]), 1).unwrap();
         let status = m.status();
         let ids: Vec<u64> = take(&mut m, 4).iter().map(|p| p.id.0).collect();
         assert_eq!(ids, vec![1, 3, 1, 3]);

@@ -86,6 +86,9 @@ impl MixerStatus {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<MixerEnd>> {
         // Every write is a single assignment, so a poisoned lock still holds a valid value.
-        self.inner.end.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
