@@ -36,10 +36,10 @@ fn digits_of_the_sum(sample: &Sample) -> f32 {
     }
 }
 
-/// Endless `Q: a+b=? A:` prompts with their sums, from a fixed seed.
+/// 1,000 `Q: a+b=? A:` prompts with their sums, from a fixed seed (the run cycles through them).
 fn prompts() -> impl Iterator<Item = Prompt> + Send {
     let mut rng = roll::core::rng::SplitMix64::new(7);
-    (0..).map(move |i| {
+    (0..1000).map(move |i| {
         let (a, b) = (10 + rng.next_u64() % 40, 10 + rng.next_u64() % 40);
         Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
             .with_ground_truth((a + b).to_string())

@@ -56,7 +56,7 @@ fn first_digit(s: &Sample) -> f32 {
 }
 
 fn sums() -> impl Iterator<Item = Prompt> + Send {
-    (0..).map(|i: u64| {
+    (0..64).map(|i: u64| {
         let (a, b) = (10 + i % 37, 20 + (i * 7) % 29);
         Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
             .with_ground_truth((a + b).to_string())

@@ -21,14 +21,17 @@
 //! * **Wrappers** ([`wrappers`]) that add one behaviour each around any worker: timeout,
 //!   weight, clip, repetition penalty, length penalty, cache.
 //! * **The router** ([`router`]): [`RewardRouter`](router::RewardRouter) dispatches on the
-//!   prompt's domain, runs every call isolated (errors, panics and timeouts cost one sample,
-//!   never the run) under a per-domain concurrency limit; [`RewardRegistry`](router::RewardRegistry)
-//!   builds workers by name from a run's `[domains]` config; [`DomainQuota`](router::DomainQuota)
-//!   and [`PromptMixer`](router::PromptMixer) mix domains by ratio.
+//!   prompt's (resolved) domain, runs every call isolated (errors, panics and timeouts cost one
+//!   sample, never the run) under a per-domain concurrency limit;
+//!   [`RewardRegistry`](router::RewardRegistry) builds workers by name from a run's `[domains]`
+//!   config; [`PromptMixer`](router::PromptMixer) is the run's prompt stream: it resolves each
+//!   prompt's dataset tag to its domain, once, and mixes domains by the
+//!   [`DomainQuota`](router::DomainQuota) of their ratios.
 //!
 //! ```
 //! use roll_core::config::{ComponentSpec, DomainConfig};
-//! use roll_reward::router::{RewardRegistry, RewardRouter};
+//! use roll_core::{Prompt, PromptId};
+//! use roll_reward::router::{PromptMixer, RewardRegistry, RewardRouter};
 //! use std::collections::BTreeMap;
 //!
 //! let mut domains = BTreeMap::new();
@@ -38,8 +41,16 @@
 //! domains.insert("math".to_owned(), math);
 //! domains.insert("ifeval".to_owned(), DomainConfig::new(ComponentSpec::new("ifeval")));
 //! let router = RewardRouter::from_config(&domains, &RewardRegistry::with_builtins())?;
-//! assert_eq!(router.resolve_domain("gsm8k")?, "math");
 //! assert_eq!(router.quota()?.next_counts(8), vec![2, 6]); // ifeval, math
+//!
+//! // The prompt stream a scheduler draws from: tags resolved, domains mixed 1:3.
+//! let dataset = (0..10).map(|i| {
+//!     let tag = if i % 2 == 0 { "gsm8k" } else { "ifeval" };
+//!     Prompt::new(PromptId(i), "...", tag)
+//! });
+//! let mixer = PromptMixer::from_config(&domains, dataset, 4)?;
+//! let first: Vec<String> = mixer.take(4).map(|p| p.domain).collect();
+//! assert_eq!(first, ["ifeval", "math", "math", "math"]);
 //! # Ok::<(), roll_reward::RewardError>(())
 //! ```
 #![warn(missing_docs)]

@@ -1,15 +1,19 @@
-//! The router: dispatch by domain and tag, isolation of failing, panicking and hanging workers,
-//! config through the registry, and domain ratios.
+//! The router: dispatch on the resolved domain, isolation of failing, panicking and hanging
+//! workers, config through the registry, domain ratios, and the prompt mixer that resolves
+//! domains and feeds a scheduler.
 
 mod common;
 
 use async_trait::async_trait;
-use common::sample;
+use common::{resolved, sample};
 use proptest::prelude::*;
-use roll_core::config::{ComponentSpec, DomainConfig};
-use roll_core::testing::ConstantReward;
-use roll_core::{Reward, RewardWorker, Sample};
-use roll_reward::router::{DomainQuota, PromptMixer, RewardRegistry, RewardRouter, RouteOptions};
+use roll_core::config::{ComponentSpec, DomainConfig, DomainMap};
+use roll_core::scheduler::{RlvrScheduler, RlvrSchedulerConfig};
+use roll_core::testing::{ByteTokenizer, ConstantReward, MockPolicy};
+use roll_core::{Prompt, PromptId, Reward, RewardWorker, Sample, SamplingParams, Scheduler};
+use roll_reward::router::{
+    DomainQuota, MixerEnd, PromptMixer, RewardRegistry, RewardRouter, RouteOptions,
+};
 use roll_reward::{RewardError, SharedWorker};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,24 +27,32 @@ fn opts(timeout_ms: u64, max_concurrency: usize) -> RouteOptions {
 }
 
 #[tokio::test]
-async fn dispatches_by_domain_and_tag_and_names_unknown_domains() {
+async fn dispatches_on_the_resolved_domain_and_names_unknown_domains() {
     let router = RewardRouter::builder()
         .route("a", ConstantReward(1.0))
         .route("b", ConstantReward(2.0))
-        .tag("b-data", "b")
         .build()
         .unwrap();
+    let map = DomainMap::new([("a", vec![]), ("b", vec!["b-data"])]).unwrap();
     assert_eq!(
         router.score(&sample("a", "", None)).await.unwrap().value,
         1.0
     );
+    let tagged = resolved(&map, sample("b-data", "", None));
     assert_eq!(
-        router
-            .score(&sample("b-data", "", None))
-            .await
-            .unwrap()
-            .value,
-        2.0
+        (tagged.prompt.tag.as_str(), tagged.prompt.domain.as_str()),
+        ("b-data", "b")
+    );
+    assert_eq!(router.score(&tagged).await.unwrap().value, 2.0);
+    // The router resolves nothing itself: an unresolved tag is an unknown domain.
+    let err = router
+        .score(&sample("b-data", "", None))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown domain `b-data`") && err.contains("`a`, `b`"),
+        "{err}"
     );
     let err = router
         .score(&sample("chem", "", None))
@@ -51,6 +63,12 @@ async fn dispatches_by_domain_and_tag_and_names_unknown_domains() {
         err.contains("unknown domain `chem`") && err.contains("`a`, `b`"),
         "{err}"
     );
+    // The failure costs that sample only: the rest of a batch is scored.
+    let batch = [sample("chem", "", None), sample("a", "", None), tagged];
+    let results = router.score_batch(&batch).await;
+    assert!(results[0].is_err());
+    assert_eq!(results[1].as_ref().unwrap().value, 1.0);
+    assert_eq!(results[2].as_ref().unwrap().value, 2.0);
 }
 
 #[tokio::test]
@@ -60,11 +78,6 @@ async fn builder_rejects_inconsistent_routes() {
         .route("a", ConstantReward(1.0))
         .build();
     assert!(dup.unwrap_err().to_string().contains("routed twice"));
-    let bad_tag = RewardRouter::builder()
-        .route("a", ConstantReward(1.0))
-        .tag("t", "z")
-        .build();
-    assert!(bad_tag.unwrap_err().to_string().contains("`z`"));
     let bad_ratio = RewardRouter::builder()
         .route("a", ConstantReward(1.0))
         .ratio("z", 1.0)
@@ -153,11 +166,15 @@ async fn built_from_config_with_wrapper_options() {
         ),
     ]);
     let router = RewardRouter::from_config(&cfg, &RewardRegistry::with_builtins()).unwrap();
+    let map = DomainMap::from_config(&cfg).unwrap();
     assert_eq!(router.domains(), vec!["fmt", "if", "math", "mc"]);
     assert_eq!(router.options("math"), Some(opts(2_500, 4)));
     assert_eq!(router.options("if"), Some(RouteOptions::default()));
     let r = router
-        .score(&sample("math500", r"\boxed{12}", Some("12")))
+        .score(&resolved(
+            &map,
+            sample("math500", r"\boxed{12}", Some("12")),
+        ))
         .await
         .unwrap();
     assert_eq!((r.value, r.score), (0.5, Some(1.0)));
@@ -259,9 +276,10 @@ async fn a_kind_registered_later_routes_like_a_builtin() {
         &["mbpp"],
     )]);
     let router = RewardRouter::from_config(&cfg, &registry).unwrap();
+    let map = DomainMap::from_config(&cfg).unwrap();
     assert_eq!(
         router
-            .score(&sample("mbpp", "print(1)", None))
+            .score(&resolved(&map, sample("mbpp", "print(1)", None)))
             .await
             .unwrap()
             .value,
@@ -322,21 +340,224 @@ fn the_mixer_fills_batches_by_the_routers_ratios() {
     let quota = router.quota().unwrap();
     let probs = quota.probabilities().to_vec();
     let domains = quota.domains().to_vec();
-    let sources: Vec<(String, Box<dyn Iterator<Item = Sample>>)> = domains
+    let sources: Vec<(String, Box<dyn Iterator<Item = Sample> + Send>)> = domains
         .iter()
         .map(|d| {
             let d2 = d.clone();
-            let it: Box<dyn Iterator<Item = Sample>> =
+            let it: Box<dyn Iterator<Item = Sample> + Send> =
                 Box::new(std::iter::repeat_with(move || sample(&d2, "", None)));
             (d.clone(), it)
         })
         .collect();
-    let mixer = PromptMixer::new(quota, sources, 7).unwrap();
-    for batch in mixer.take(50) {
+    let mut mixer = PromptMixer::new(quota, sources, 7).unwrap();
+    for _ in 0..50 {
+        let batch: Vec<Sample> = mixer.by_ref().take(7).collect();
         let counts: Vec<usize> = domains
             .iter()
             .map(|d| batch.iter().filter(|s| &s.prompt.domain == d).count())
             .collect();
         check_counts(&counts, &probs, 7);
+    }
+}
+
+/// `[domains]` with `math` (tags `gsm8k`, `math500`, ratio 3) and `code` (tag `mbpp`, ratio 1),
+/// each scored by a `const` reward of its own value.
+fn mixed_config() -> (BTreeMap<String, DomainConfig>, RewardRegistry) {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Const {
+        value: f32,
+    }
+    let mut registry = RewardRegistry::new();
+    registry.register("const", |c: Const, _| Ok(ConstantReward(c.value)));
+    let spec = |v: f64| ComponentSpec::new("const").with_option("value", v);
+    let cfg = domains(&[
+        ("math", spec(1.0), 3.0, &["gsm8k", "math500"]),
+        ("code", spec(2.0), 1.0, &["mbpp"]),
+    ]);
+    (cfg, registry)
+}
+
+/// A dataset whose tags cycle through `tags`.
+fn dataset(n: u64, tags: &[&str]) -> Vec<Prompt> {
+    (0..n)
+        .map(|i| Prompt::new(PromptId(i), format!("q{i}"), tags[i as usize % tags.len()]))
+        .collect()
+}
+
+#[test]
+fn a_mixed_dataset_is_resolved_once_and_mixed_by_the_config_ratios() {
+    let (cfg, _) = mixed_config();
+    // Half code, half math by count; the ratios ask for 1 code in 4.
+    let data = dataset(40, &["gsm8k", "mbpp", "math500", "code"]);
+    let mut mixer = PromptMixer::from_config(&cfg, data, 8).unwrap();
+    let quota = mixer.quota().clone();
+    let probs = quota.probabilities().to_vec();
+    let mut math_tags = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let batch: Vec<Prompt> = mixer.by_ref().take(8).collect();
+        let counts: Vec<usize> = quota
+            .domains()
+            .iter()
+            .map(|d| batch.iter().filter(|p| &p.domain == d).count())
+            .collect();
+        assert_eq!(counts, vec![2, 6], "code, math");
+        check_counts(&counts, &probs, 8);
+        for p in &batch {
+            let want = match p.tag.as_str() {
+                "gsm8k" | "math500" => "math",
+                "mbpp" | "code" => "code",
+                other => panic!("unexpected tag {other}"),
+            };
+            assert_eq!(p.domain, want, "{}", p.id);
+            if want == "math" {
+                math_tags.insert(p.tag.clone());
+            }
+        }
+    }
+    assert_eq!(
+        math_tags.len(),
+        2,
+        "both math tags are drawn, as one domain"
+    );
+    assert_eq!(mixer.status().end(), None, "dataset domains repeat");
+}
+
+#[test]
+fn an_unknown_tag_in_the_dataset_is_an_error_naming_it() {
+    let (cfg, _) = mixed_config();
+    let mut data = dataset(6, &["gsm8k", "mbpp"]);
+    data.push(Prompt::new(PromptId(6), "q", "chem"));
+    let err = PromptMixer::from_config(&cfg, data, 4)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tag `chem` (1, first prompt#6)")
+            && err.contains("known domains: `code`, `math`")
+            && err.contains("known tags: `gsm8k`, `math500`, `mbpp`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn per_domain_sources_end_at_the_first_dry_domain() {
+    let quota = DomainQuota::new([("code", 1.0), ("math", 3.0)]).unwrap();
+    let code = dataset(3, &["code"]).into_iter();
+    let math = dataset(100, &["math"]).into_iter();
+    let mut mixer = PromptMixer::new(quota, [("code", code), ("math", math)], 4).unwrap();
+    let status = mixer.status();
+    assert_eq!(
+        mixer.by_ref().count(),
+        12,
+        "three batches of 1 code + 3 math"
+    );
+    assert_eq!(
+        status.end(),
+        Some(MixerEnd::Exhausted {
+            domain: "code".into(),
+            dropped: 0
+        })
+    );
+    assert_eq!(status.yielded(), 12);
+}
+
+/// The whole path: one config gives the router and the mixer; the mixer feeds an RLVR scheduler,
+/// and every sample is scored by its tag's domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mixer_feeds_the_scheduler_and_the_router_scores_resolved_domains() {
+    let (cfg, registry) = mixed_config();
+    let router = RewardRouter::from_config(&cfg, &registry).unwrap();
+    let data = dataset(12, &["gsm8k", "mbpp", "math500"]);
+    let mixer = PromptMixer::from_config(&cfg, data, 4).unwrap();
+    let status = mixer.status();
+    let config = RlvrSchedulerConfig {
+        prompts_per_step: 4,
+        group_size: 2,
+        sampling: SamplingParams {
+            max_new_tokens: 4,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut scheduler = RlvrScheduler::new(
+        config,
+        Arc::new(MockPolicy::digits()),
+        Arc::new(ByteTokenizer),
+        Arc::new(router),
+        mixer,
+    )
+    .unwrap();
+    let batch = scheduler
+        .next_batch(roll_core::WeightVersion(0))
+        .await
+        .unwrap();
+    assert_eq!(batch.groups.len(), 4);
+    assert!(status.yielded() >= 4);
+    let mut seen = BTreeMap::new();
+    for g in &batch.groups {
+        let want = if g.prompt().tag == "mbpp" {
+            ("code", 2.0)
+        } else {
+            ("math", 1.0)
+        };
+        assert_eq!(g.prompt().domain, want.0, "{}", g.prompt().tag);
+        assert!(g.rewards().unwrap().iter().all(|r| *r == want.1));
+        *seen.entry(want.0).or_insert(0) += 1;
+    }
+    assert_eq!(seen, BTreeMap::from([("code", 1), ("math", 3)]));
+}
+
+/// `router/{builtins,dispatch,registry}.rs` and their siblings import each other without a
+/// circle: the `super::` imports of `src/router` form a DAG.
+#[test]
+fn router_modules_import_each_other_without_a_circle() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/router");
+    let mut edges: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "mod" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let uses: Vec<String> = text
+            .split("super::")
+            .skip(1)
+            .map(|rest| {
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .filter(|m| m.chars().next().is_some_and(|c| c.is_ascii_lowercase()))
+            .collect();
+        edges.insert(name, uses);
+    }
+    assert!(edges.contains_key("dispatch") && edges.contains_key("registry"));
+    assert!(edges["builtins"].contains(&"registry".to_owned()));
+    // Depth-first search for a back edge.
+    fn visit(
+        m: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) {
+        if done.contains(m) {
+            return;
+        }
+        if let Some(start) = path.iter().position(|p| p == m) {
+            panic!("import circle: {} -> {m}", path[start..].join(" -> "));
+        }
+        path.push(m.to_owned());
+        for next in edges.get(m).into_iter().flatten() {
+            if edges.contains_key(next) {
+                visit(next, edges, path, done);
+            }
+        }
+        path.pop();
+        done.insert(m.to_owned());
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for m in edges.keys() {
+        visit(m, &edges, &mut Vec::new(), &mut done);
     }
 }

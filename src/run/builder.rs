@@ -12,12 +12,10 @@ use roll_core::scheduler::{RlvrScheduler, Scheduler};
 use roll_core::strategy::SingleDevice;
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
-use roll_reward::router::{RewardRegistry, RewardRouter};
+use roll_reward::router::{PromptMixer, RewardRegistry, RewardRouter};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-type PromptSource = Box<dyn Iterator<Item = Prompt> + Send>;
 
 /// Builds the scheduler around the actor's generating side (see [`RlvrPipeline::new`]).
 type BuildScheduler = Box<dyn FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>>>;
@@ -32,7 +30,7 @@ type BuildScheduler = Box<dyn FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Schedu
 /// # async fn demo() -> roll_core::Result<()> {
 /// use roll::prelude::*;
 /// let config = Config::from_file("examples/configs/rlvr_tiny.toml")?;
-/// let prompts = (0..).map(|i| Prompt::new(PromptId(i), "Q: 1+1=? A:", "arithmetic").with_ground_truth("2"));
+/// let prompts = (0..64).map(|i| Prompt::new(PromptId(i), "Q: 1+1=? A:", "arithmetic").with_ground_truth("2"));
 /// let mut run = RunBuilder::new(config).prompts(prompts).build()?;
 /// run.train().await?;
 /// # Ok(()) }
@@ -41,7 +39,7 @@ pub struct RunBuilder {
     config: Config,
     envs: EnvRegistry,
     rewards: RewardRegistry,
-    prompts: Option<PromptSource>,
+    dataset: Option<Vec<Prompt>>,
 }
 
 impl RunBuilder {
@@ -51,15 +49,17 @@ impl RunBuilder {
             config,
             envs: EnvRegistry::with_builtins(),
             rewards: RewardRegistry::with_builtins(),
-            prompts: None,
+            dataset: None,
         }
     }
 
-    /// The prompts of an RLVR run, any tags mixed: each is resolved to its domain and the
-    /// domains are drawn in their configured ratios.
+    /// The dataset of an RLVR run, any tags mixed: each prompt is resolved to its domain by the
+    /// config's tags (once, when the run is built, so an unknown tag is an error before anything
+    /// generates), and every step draws the domains in their configured ratios, each domain's
+    /// prompts repeating when used up.
     #[must_use]
-    pub fn prompts(mut self, prompts: impl Iterator<Item = Prompt> + Send + 'static) -> Self {
-        self.prompts = Some(Box::new(prompts));
+    pub fn prompts(mut self, dataset: impl IntoIterator<Item = Prompt>) -> Self {
+        self.dataset = Some(dataset.into_iter().collect());
         self
     }
 
@@ -139,15 +139,15 @@ impl RunBuilder {
         let filter = plan.filter;
         let built: BuildScheduler = match &plan.rollout {
             RolloutPlan::Rlvr { scheduler, domains } => {
-                let prompts = self.prompts.ok_or_else(|| {
+                let dataset = self.dataset.ok_or_else(|| {
                     Error::invalid_data(
                         "run",
                         "an RLVR run needs prompts: call RunBuilder::prompts",
                     )
                 })?;
                 let router = Arc::new(RewardRouter::from_config(domains, &self.rewards)?);
-                // TODO(mixer): resolve and mix by the domains' ratios once the mixer takes a config.
-                let _ = domains;
+                let prompts =
+                    PromptMixer::from_config(domains, dataset, scheduler.prompts_per_step)?;
                 let config = scheduler.clone();
                 Box::new(move |actor| {
                     let mut s = RlvrScheduler::new(config, actor, tokenizer, router, prompts)?;

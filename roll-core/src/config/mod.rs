@@ -87,7 +87,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::strategy::DeviceSpec;
 pub use agentic::AgenticConfig;
 pub use component::ComponentSpec;
-pub use domain::DomainConfig;
+pub use domain::{DomainConfig, DomainMap};
 pub use load::ConfigLoader;
 pub use model::{ModelConfig, ModelSource, PromptFormat};
 pub use rollout::{RolloutConfig, SamplingConfig};

@@ -1,7 +1,8 @@
 //! [`RewardRouter`]: sends each sample to its domain's worker, isolated and bounded.
 
 use super::isolate::{Outcome, run_isolated};
-use super::mixer::DomainQuota;
+use super::options::RouteOptions;
+use super::quota::DomainQuota;
 use super::registry::RewardRegistry;
 use crate::error::RewardError;
 use crate::join::join_all;
@@ -11,27 +12,8 @@ use roll_core::config::DomainConfig;
 use roll_core::{Reward, RewardWorker, Sample};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::Semaphore;
-
-/// How the router runs one domain's worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteOptions {
-    /// A sample whose scoring takes longer fails with a timeout (`None`: no limit). Measured
-    /// from when the sample gets a concurrency slot. Default 120 s.
-    pub timeout: Option<Duration>,
-    /// Samples of this domain scored at once; the rest wait. Default 64.
-    pub max_concurrency: usize,
-}
-
-impl Default for RouteOptions {
-    fn default() -> Self {
-        Self {
-            timeout: Some(Duration::from_secs(120)),
-            max_concurrency: 64,
-        }
-    }
-}
 
 struct Route {
     worker: SharedWorker,
@@ -41,7 +23,6 @@ struct Route {
 
 struct Inner {
     routes: BTreeMap<String, Route>,
-    tags: BTreeMap<String, String>,
     ratios: Vec<(String, f64)>,
 }
 
@@ -49,9 +30,12 @@ struct Inner {
 /// clusters), and is itself a [`RewardWorker`], so a scheduler holds one worker whatever the
 /// mix of domains.
 ///
-/// * **Routing**: `sample.prompt.domain` names a domain, or a tag that the config maps to one
-///   (ROLL's `tag_included`). Anything else is [`RewardError::UnknownDomain`], listing the
-///   known domains.
+/// * **Routing**: on `sample.prompt.domain`, which is already resolved: the prompt's dataset
+///   tag was mapped to its domain once, when the prompt entered the pipeline
+///   ([`PromptMixer`](super::PromptMixer), by the run's
+///   [`DomainMap`](roll_core::config::DomainMap)). The router knows no tags. A domain it does
+///   not route is [`RewardError::UnknownDomain`], listing the known domains, and costs that
+///   sample only.
 /// * **Isolation**: every call runs in its own Tokio task. A worker that returns an error,
 ///   panics, or runs past its domain's timeout costs exactly that sample an `Err` (the
 ///   scheduler drops it and counts it); the panic is caught, the timed-out task aborted.
@@ -79,9 +63,11 @@ struct Inner {
 /// let router = RewardRouter::builder()
 ///     .route("math", MathRuleWorker::default())
 ///     .route("length", |s: &Sample| s.text.len() as f32)
-///     .tag("gsm8k", "math")
 ///     .build()?;
-/// let prompt = Prompt::new(PromptId(0), "2+2?", "gsm8k").with_ground_truth("4");
+/// // A gsm8k prompt, already resolved to its domain.
+/// let prompt = Prompt::new(PromptId(0), "2+2?", "gsm8k")
+///     .with_domain("math")
+///     .with_ground_truth("4");
 /// let mut sample = Sample::new(SampleId(0), GroupId(0), Arc::new(prompt), vec![]);
 /// sample.text = r"\boxed{4}".into();
 /// assert_eq!(router.score(&sample).await?.value, 1.0);
@@ -97,7 +83,6 @@ impl std::fmt::Debug for RewardRouter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RewardRouter")
             .field("domains", &self.domains())
-            .field("tags", &self.inner.tags)
             .finish()
     }
 }
@@ -109,11 +94,12 @@ impl RewardRouter {
     }
 
     /// The router a run's `[domains]` config describes: each domain's `reward` built by
-    /// `registry`, its tags and ratio.
+    /// `registry`, and its ratio. The domains' `tags` are not the router's business: prompts
+    /// reach it resolved ([`PromptMixer::from_config`](super::PromptMixer::from_config)).
     ///
     /// # Errors
     /// The first domain whose worker cannot be built (the error names the config key
-    /// `domains.<name>.reward`), or an invalid tag or ratio.
+    /// `domains.<name>.reward`), or an invalid ratio.
     pub fn from_config(
         domains: &BTreeMap<String, DomainConfig>,
         registry: &RewardRegistry,
@@ -123,9 +109,6 @@ impl RewardRouter {
             let built = registry.build_at(&domain.reward, &format!("domains.{name}.reward"))?;
             b = b.route_with(name.clone(), built.worker, built.options);
             b = b.ratio(name.clone(), domain.ratio);
-            for tag in &domain.tags {
-                b = b.tag(tag.clone(), name.clone());
-            }
         }
         b.build()
     }
@@ -133,24 +116,6 @@ impl RewardRouter {
     /// The routed domains, sorted.
     pub fn domains(&self) -> Vec<&str> {
         self.inner.routes.keys().map(String::as_str).collect()
-    }
-
-    /// The domain a prompt's `domain` field (a domain or a tag) routes to.
-    ///
-    /// # Errors
-    /// [`RewardError::UnknownDomain`] listing the known domains.
-    pub fn resolve_domain<'a>(&'a self, domain_or_tag: &'a str) -> Result<&'a str, RewardError> {
-        if self.inner.routes.contains_key(domain_or_tag) {
-            return Ok(domain_or_tag);
-        }
-        self.inner
-            .tags
-            .get(domain_or_tag)
-            .map(String::as_str)
-            .ok_or_else(|| RewardError::UnknownDomain {
-                domain: domain_or_tag.to_owned(),
-                known: self.inner.routes.keys().cloned().collect(),
-            })
     }
 
     /// The route options of `domain`.
@@ -176,7 +141,7 @@ impl RewardRouter {
 #[async_trait]
 impl RewardWorker for RewardRouter {
     async fn score(&self, sample: &Sample) -> roll_core::Result<Reward> {
-        let domain = self.resolve_domain(&sample.prompt.domain)?;
+        let domain = sample.prompt.domain.as_str();
         let Some(route) = self.inner.routes.get(domain) else {
             return Err(RewardError::UnknownDomain {
                 domain: domain.to_owned(),
@@ -213,7 +178,6 @@ impl RewardWorker for RewardRouter {
 #[derive(Default)]
 pub struct RewardRouterBuilder {
     routes: Vec<(String, SharedWorker, RouteOptions)>,
-    tags: Vec<(String, String)>,
     ratios: BTreeMap<String, f64>,
     defaults: RouteOptions,
 }
@@ -245,13 +209,6 @@ impl RewardRouterBuilder {
         self
     }
 
-    /// Routes prompts tagged `tag` to `domain`.
-    #[must_use]
-    pub fn tag(mut self, tag: impl Into<String>, domain: impl Into<String>) -> Self {
-        self.tags.push((tag.into(), domain.into()));
-        self
-    }
-
     /// Sets the sampling ratio of `domain` (default 1).
     #[must_use]
     pub fn ratio(mut self, domain: impl Into<String>, ratio: f64) -> Self {
@@ -263,7 +220,6 @@ impl RewardRouterBuilder {
     ///
     /// # Errors
     /// [`RewardError::InvalidConfig`] for no routes, a domain routed twice, a concurrency of 0,
-    /// a tag naming an unknown domain, a tag routed to two domains or shadowing another domain,
     /// or a ratio for an unknown domain or out of range.
     pub fn build(self) -> Result<RewardRouter, RewardError> {
         if self.routes.is_empty() {
@@ -289,29 +245,6 @@ impl RewardRouterBuilder {
                 ));
             }
         }
-        let mut tags = BTreeMap::new();
-        for (tag, domain) in self.tags {
-            if !routes.contains_key(&domain) {
-                return Err(RewardError::invalid_config(
-                    format!("domains.{domain}.tags"),
-                    format!("tag `{tag}` routes to `{domain}`, which is not a routed domain"),
-                ));
-            }
-            if routes.contains_key(&tag) && tag != domain {
-                return Err(RewardError::invalid_config(
-                    format!("domains.{domain}.tags"),
-                    format!("tag `{tag}` is also the name of another domain"),
-                ));
-            }
-            if let Some(other) = tags.insert(tag.clone(), domain.clone())
-                && other != domain
-            {
-                return Err(RewardError::invalid_config(
-                    format!("domains.{domain}.tags"),
-                    format!("tag `{tag}` is already routed to `{other}`"),
-                ));
-            }
-        }
         if let Some(unknown) = self.ratios.keys().find(|d| !routes.contains_key(*d)) {
             return Err(RewardError::invalid_config(
                 format!("domains.{unknown}.ratio"),
@@ -324,11 +257,7 @@ impl RewardRouterBuilder {
             .collect();
         DomainQuota::new(ratios.iter().cloned())?;
         Ok(RewardRouter {
-            inner: Arc::new(Inner {
-                routes,
-                tags,
-                ratios,
-            }),
+            inner: Arc::new(Inner { routes, ratios }),
         })
     }
 }

@@ -1,78 +1,19 @@
 //! [`RewardRegistry`]: reward workers built by name from a [`ComponentSpec`].
 
-use super::builtins::register_builtins;
-use super::dispatch::RouteOptions;
+use super::context::{JudgeModel, RegistryContext};
+use super::options::RouteOptions;
+use super::wrapping::{WRAPPER_KEYS, WrapperOptions, apply_wrappers};
 use crate::error::RewardError;
 use crate::shared::SharedWorker;
-use crate::wrappers::{
-    Cache, Clip, LengthPenalty, LengthPenaltyConfig, RepetitionPenalty, RepetitionPenaltyConfig,
-    Weight,
-};
 use roll_core::config::ComponentSpec;
 use roll_core::tokenizer::Tokenizer;
 use roll_core::{Generate, RewardWorker};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The judge role: a policy and the tokenizer that renders its prompts.
-#[derive(Clone)]
-pub struct JudgeModel {
-    /// The judge policy.
-    pub policy: Arc<dyn Generate>,
-    /// Its tokenizer.
-    pub tokenizer: Arc<dyn Tokenizer>,
-}
-
-/// What factories may need besides their options: shared resources handed to the registry.
-#[derive(Clone, Default)]
-pub struct RegistryContext {
-    judge: Option<JudgeModel>,
-}
-
-impl RegistryContext {
-    /// The judge, if the registry was given one.
-    pub fn judge(&self) -> Option<&JudgeModel> {
-        self.judge.as_ref()
-    }
-}
-
-/// The options every worker kind accepts besides its own, applied by the registry and router
-/// rather than by each worker. Their keys are reserved: no worker config may use them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WrapperOptions {
-    /// Seconds before a sample of this worker fails with a timeout. Default: the router's
-    /// (`RouteOptions::default`, 120 s).
-    pub timeout_s: Option<f64>,
-    /// Samples of this worker scored at once. Default: the router's (64).
-    pub max_concurrency: Option<usize>,
-    /// Multiply the reward value ([`Weight`]).
-    pub weight: Option<f32>,
-    /// Clamp the reward value to `[min, max]` ([`Clip`]).
-    pub clip: Option<[f32; 2]>,
-    /// Penalise repeated n-grams ([`RepetitionPenalty`]).
-    pub repetition_penalty: Option<RepetitionPenaltyConfig>,
-    /// Penalise over-long responses ([`LengthPenalty`]).
-    pub length_penalty: Option<LengthPenaltyConfig>,
-    /// Cache up to this many rewards ([`Cache`]).
-    pub cache: Option<usize>,
-}
-
-/// The reserved option keys of [`WrapperOptions`].
-pub const WRAPPER_KEYS: &[&str] = &[
-    "timeout_s",
-    "max_concurrency",
-    "weight",
-    "clip",
-    "repetition_penalty",
-    "length_penalty",
-    "cache",
-];
 
 /// A worker built from a spec: the worker with its value wrappers applied, and the route
 /// options (timeout, concurrency) the router enforces around it.
@@ -132,7 +73,7 @@ impl fmt::Debug for RewardRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RewardRegistry")
             .field("kinds", &self.kinds())
-            .field("judge", &self.context.judge.is_some())
+            .field("judge", &self.context.judge().is_some())
             .finish()
     }
 }
@@ -143,17 +84,10 @@ impl RewardRegistry {
         Self::default()
     }
 
-    /// A registry with the built-in kinds.
-    pub fn with_builtins() -> Self {
-        let mut r = Self::new();
-        register_builtins(&mut r);
-        r
-    }
-
     /// Gives the registry a judge policy and its tokenizer (for `llm_judge`).
     #[must_use]
     pub fn with_judge(mut self, policy: Arc<dyn Generate>, tokenizer: Arc<dyn Tokenizer>) -> Self {
-        self.context.judge = Some(JudgeModel { policy, tokenizer });
+        self.context.set_judge(JudgeModel { policy, tokenizer });
         self
     }
 
@@ -275,23 +209,4 @@ impl RewardRegistry {
         }
         Ok(BuiltWorker { worker, options })
     }
-}
-
-fn apply_wrappers(mut w: SharedWorker, o: &WrapperOptions) -> Result<SharedWorker, RewardError> {
-    if let Some(c) = &o.repetition_penalty {
-        w = SharedWorker::new(RepetitionPenalty::new(w, c.clone())?);
-    }
-    if let Some(c) = &o.length_penalty {
-        w = SharedWorker::new(LengthPenalty::new(w, c.clone())?);
-    }
-    if let Some(weight) = o.weight {
-        w = SharedWorker::new(Weight::new(w, weight)?);
-    }
-    if let Some([min, max]) = o.clip {
-        w = SharedWorker::new(Clip::new(w, min, max)?);
-    }
-    if let Some(capacity) = o.cache {
-        w = SharedWorker::new(Cache::new(w, capacity)?);
-    }
-    Ok(w)
 }

@@ -13,7 +13,9 @@ use std::sync::{Mutex, PoisonError};
 /// sandbox).
 ///
 /// The key is a 64-bit hash of the prompt's domain, text and ground truth and the response text
-/// (a collision is as likely as 2⁻⁶⁴ per pair). Only successes are cached; errors are retried.
+/// (a collision is as likely as 2⁻⁶⁴ per pair). The domain, not the dataset tag: the domain is
+/// what decides the worker and so the reward, and it is resolved before scoring, so the same
+/// question in two datasets of one domain is scored once. Only successes are cached; errors are retried.
 /// When full, the oldest entry is evicted. Two concurrent misses on the same key both compute
 /// (no request coalescing). A hit carries the detail `cache = hit`.
 pub struct Cache<W> {
@@ -77,6 +79,7 @@ impl<W> Cache<W> {
     }
 }
 
+/// The cache key: what the reward depends on (see [`Cache`]).
 fn key(sample: &Sample) -> u64 {
     let mut h = DefaultHasher::new();
     sample.prompt.domain.hash(&mut h);
@@ -137,6 +140,25 @@ mod tests {
         w.score(&sample("aa")).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 4);
         assert_eq!((w.hits(), w.misses()), (1, 4));
+    }
+
+    #[tokio::test]
+    async fn entries_are_keyed_by_domain_not_by_tag() {
+        use roll_core::{GroupId, Prompt, PromptId, SampleId};
+        let of = |tag: &str, domain: &str| {
+            let p = Prompt::new(PromptId(0), "2+2?", tag)
+                .with_domain(domain)
+                .with_ground_truth("4");
+            let mut s = Sample::new(SampleId(0), GroupId(0), Arc::new(p), vec![]);
+            s.text = "4".into();
+            s
+        };
+        let w = (|s: &Sample| s.text.len() as f32).cached(8).unwrap();
+        w.score(&of("gsm8k", "math")).await.unwrap();
+        let hit = w.score(&of("math500", "math")).await.unwrap();
+        assert_eq!(hit.details["cache"].as_str(), "hit");
+        w.score(&of("gsm8k", "arith")).await.unwrap();
+        assert_eq!((w.hits(), w.misses()), (1, 2));
     }
 
     #[tokio::test]

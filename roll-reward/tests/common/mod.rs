@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use async_trait::async_trait;
+use roll_core::config::DomainMap;
 use roll_core::policy::{Generate, Generation, GenerationRequest};
 use roll_core::testing::ByteTokenizer;
 use roll_core::tokenizer::Tokenizer;
@@ -12,13 +13,21 @@ use std::time::Duration;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
-/// A sample of `domain` answering with `text`.
+/// A sample of `domain` answering with `text` (its prompt's tag is `domain` too).
 pub fn sample(domain: &str, text: &str, truth: Option<&str>) -> Sample {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let mut p = Prompt::new(PromptId(id), format!("question {id}"), domain);
     p.ground_truth = truth.map(str::to_owned);
     let mut s = Sample::new(SampleId(id), GroupId(id), Arc::new(p), vec![]);
     s.text = text.to_owned();
+    s
+}
+
+/// `s` with its prompt's domain resolved from its tag by `map`, as the prompt mixer does when a
+/// prompt enters a run.
+pub fn resolved(map: &DomainMap, mut s: Sample) -> Sample {
+    map.resolve_prompt(Arc::make_mut(&mut s.prompt))
+        .expect("the test's tag is in the map");
     s
 }
 
