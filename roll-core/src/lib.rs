@@ -4,7 +4,8 @@
 //! is true whatever model, environment or hardware is used, so the whole system can be read from
 //! its public API:
 //!
-//! * **Data model** ([`data`]): a [`Prompt`] (text, domain tag, ground truth) is answered by a
+//! * **Data model** ([`data`]): a [`Prompt`] (text, dataset tag and the domain it resolves to,
+//!   ground truth) is answered by a
 //!   [`Group`] of [`Sample`]s; a sample — or a multi-turn [`Trajectory`] — records the token ids,
 //!   per-token log-probs, loss mask, reward and the [`WeightVersion`] that generated it; rewarded
 //!   groups become a [`TrainBatch`].
