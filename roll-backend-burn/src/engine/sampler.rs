@@ -10,7 +10,7 @@
 //! so that importance ratios compare like with like. Temperature, top-k and top-p only decide
 //! which token is drawn.
 
-use super::cpu::kernels::exp;
+use super::cpu::exp::exp;
 use crate::{BackendError, Result};
 use roll_core::policy::SamplingParams;
 pub use roll_core::rng::SplitMix64;

@@ -12,11 +12,17 @@ use super::config::LoraConfig;
 use crate::{BackendError, Result};
 use burn::module::{LoraAdapter, Module, Param, Reparameterizer};
 use burn::tensor::{Tensor, TensorData};
+use roll_core::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The trainer's deterministic random numbers (SplitMix64): its state is one `u64`, saved in
-/// checkpoints.
+/// The trainer's deterministic random numbers, drawn from the project's generator
+/// ([`SplitMix64`]) and kept as one `u64` so that checkpoints can save and restore it.
+///
+/// Each request (one number or a whole vector) reads a fresh `SplitMix64` seeded with `state`,
+/// and that stream's next output becomes the new state: splitmix's own way of splitting a stream
+/// by seeding a new one from it. A request is therefore one unbroken splitmix stream, and the
+/// state alone determines everything drawn after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrainerRng {
     /// The generator state.
@@ -24,32 +30,43 @@ pub struct TrainerRng {
 }
 
 impl TrainerRng {
-    /// A generator seeded with `seed`.
+    /// A generator seeded with `seed` (mixed with a constant, so that the trainer's numbers differ
+    /// from a sampler's seeded with the same value).
     pub fn new(seed: u64) -> Self {
         Self {
             state: seed ^ 0x5DEE_CE66_D1CE_4E5B,
         }
     }
 
+    /// Runs `draw` on the stream seeded with the state, then moves the state on.
+    fn stream<T>(&mut self, draw: impl FnOnce(&mut SplitMix64) -> T) -> T {
+        let mut rng = SplitMix64::new(self.state);
+        let out = draw(&mut rng);
+        self.state = rng.next_u64();
+        out
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.stream(SplitMix64::next_u64)
     }
 
     /// A uniform number in `[lo, hi)`.
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * unit
+        self.stream(|rng| uniform(rng, lo, hi))
     }
 
     /// `n` uniform numbers in `[lo, hi)`.
     pub fn uniform_vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
+        self.stream(|rng| (0..n).map(|_| uniform(rng, lo, hi)).collect())
     }
+}
+
+/// A uniform f32 in `[lo, hi)` from the top 24 bits of one draw (exactly representable, so the
+/// unit value is below 1).
+fn uniform(rng: &mut SplitMix64, lo: f32, hi: f32) -> f32 {
+    let unit = (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+    lo + (hi - lo) * unit
 }
 
 /// Attaches adapters to the weights of the named linear layers and freezes all other parameters
@@ -187,5 +204,26 @@ mod tests {
         let mean: f32 = xs.iter().sum::<f32>() / 1000.0;
         assert!(mean.abs() < 0.05, "{mean}");
         assert_ne!(TrainerRng::new(8).next_u64(), TrainerRng::new(7).next_u64());
+    }
+
+    /// A request is one `SplitMix64` stream from the state, and the state it leaves behind is
+    /// all a restored generator needs (what a checkpoint saves).
+    #[test]
+    fn requests_are_splitmix_streams_and_the_state_restores_them() {
+        let mut rng = TrainerRng { state: 42 };
+        let xs = rng.uniform_vec(3, 0.0, 1.0);
+        let mut reference = SplitMix64::new(42);
+        let want: Vec<f32> = (0..3)
+            .map(|_| (reference.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+            .collect();
+        assert_eq!(xs, want);
+        assert_eq!(rng.state, reference.next_u64(), "next state: the stream's next output");
+
+        let mut restored = TrainerRng { state: rng.state };
+        assert_eq!(rng.uniform_vec(5, -1.0, 1.0), restored.uniform_vec(5, -1.0, 1.0));
+        assert_eq!(rng.next_u64(), restored.next_u64());
+        assert_eq!(rng, restored);
+        // Consecutive requests do not repeat each other.
+        assert_ne!(rng.uniform_vec(4, 0.0, 1.0), rng.uniform_vec(4, 0.0, 1.0));
     }
 }

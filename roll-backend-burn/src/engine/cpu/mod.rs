@@ -37,6 +37,12 @@
 //! 6. the output projection and the residual; RMSNorm, **one** GEMM against `gate|up` fused,
 //!    `silu(gate)·up`, the down projection and the residual.
 //!
+//! Each step of that list is a kernel in its own file: `norm.rs` (RMSNorm), `rope.rs` (rotary
+//! embedding), `attention.rs` (paged causal attention), `swiglu.rs` (the MLP's `silu(gate)·up`),
+//! `gemm.rs` (the blocked GEMMs), `logits.rs` (log-probs and entropies for scoring), with
+//! `matrix.rs` (transpose, residual add) and `exp.rs` (the vectorised exponential) under them;
+//! `weights.rs` builds the decoder's layout from a model and `cache.rs` is the paged cache.
+//!
 //! The final norm and the LM head run only on each input's last token: a prefill of a long prompt
 //! costs no `[prompt, vocab]` logits. [`CpuDecoder::score`] runs the same layers with the LM head
 //! at the positions that predict response tokens instead, and reduces those logits to per-token
@@ -66,23 +72,32 @@
 //! so that it vectorises) differ, so logits agree with [`CausalLm::forward`] to float round-off
 //! (≤ 1.6e-5 on the fixtures and random Qwen3 models).
 
+mod attention;
 mod cache;
-pub(crate) mod kernels;
+pub(crate) mod exp;
+mod gemm;
+mod logits;
+mod matrix;
+mod norm;
+mod rope;
+mod swiglu;
 mod weights;
 
 pub use cache::{BLOCK_TOKENS, CpuCache};
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
-use crate::models::CausalLm;
-use crate::models::common::check_id;
+use crate::models::{CausalLm, check_id};
 use crate::{BackendError, Device, Result};
+use attention::{HeadShape, attend};
 use burn::tensor::{Int, Tensor, TensorData};
-use kernels::{
-    HeadShape, Product, add_in_place, attend, logprobs_and_entropy_t, rms_norm_cols,
-    rms_norm_in_place, rope_angles, rope_in_place, silu_mul, transpose,
-};
+use gemm::Product;
+use logits::logprobs_and_entropy_t;
+use matrix::{add_in_place, transpose};
+use norm::{rms_norm_cols, rms_norm_in_place};
 use rayon::prelude::*;
 use roll_core::policy::{ScoreRequest, TokenScores};
+use rope::{rope_angles, rope_in_place};
+use swiglu::silu_mul;
 use weights::Weights;
 
 /// Tokens per forward call of [`CpuDecoder::score`]; bounds its live logits to this many rows.
@@ -489,6 +504,13 @@ impl DecodeBackend for CpuDecoder {
     fn release(&self, cache: &mut CpuCache, seq: SeqId) {
         cache.release(seq);
     }
+}
+
+/// Uniform test values in `[-1, 1)` from the project's generator, for the kernels' tests.
+#[cfg(test)]
+fn uniform(seed: u64) -> impl FnMut() -> f32 {
+    let mut rng = roll_core::rng::SplitMix64::new(seed);
+    move || (rng.next_f64() * 2.0 - 1.0) as f32
 }
 
 #[cfg(test)]

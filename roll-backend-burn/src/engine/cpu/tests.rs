@@ -6,6 +6,7 @@
 use super::*;
 use crate::models::TokenBatch;
 use crate::{HfConfig, load_model};
+use roll_core::rng::SplitMix64;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -53,14 +54,9 @@ fn random(config: &HfConfig) -> CausalLm {
 
 /// Deterministic pseudo-random token ids below `vocab`.
 fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = SplitMix64::new(seed);
     (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % vocab as u64) as u32
-        })
+        .map(|_| (rng.next_u64() % vocab as u64) as u32)
         .collect()
 }
 

@@ -2,9 +2,9 @@
 //! for norms and biases, and transposed, fused GEMM operands (`q|k|v` stacked, `gate|up` stacked)
 //! kept as Flex tensors, as is the embedding table (shared with a tied LM head).
 
-use super::kernels::{Gemm, Norm, rope_inv_freq};
-use crate::models::CausalLm;
-use crate::models::common::{Attention, Mlp};
+use super::gemm::Gemm;
+use super::norm::Norm;
+use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
 use crate::{BackendError, Result};
 use burn::module::Param;
 use burn::nn::{Linear, RmsNorm};
@@ -67,29 +67,29 @@ pub(crate) struct Weights {
 /// biases and QK-norm.
 struct Parts<'a> {
     dims: Dims,
-    rope_theta: f64,
+    inv_freq: &'a [f32],
     embed: &'a Param<Tensor<2>>,
     layers: Vec<(&'a Attention, &'a Mlp, &'a RmsNorm, &'a RmsNorm)>,
     norm: &'a RmsNorm,
     lm_head: Option<&'a Linear>,
 }
 
-/// [`Parts`] of a dense model: Qwen2 and Qwen3 have the same field paths but are different
-/// types, and only the head width is read differently.
-macro_rules! dense_parts {
-    ($m:expr, $head_dim:expr) => {
+impl<'a> Parts<'a> {
+    /// The parts of a decoder whose every layer has a dense MLP.
+    fn of<A: Architecture<FeedForward = Mlp>>(m: &'a Decoder<A>) -> Self {
+        let c = m.config.decoder();
         Parts {
             dims: Dims {
-                vocab: $m.config.vocab_size,
-                hidden: $m.config.hidden_size,
-                heads: $m.config.num_attention_heads,
-                kv_heads: $m.config.num_key_value_heads,
-                head_dim: $head_dim,
-                inter: $m.config.intermediate_size,
+                vocab: c.vocab_size,
+                hidden: c.hidden_size,
+                heads: c.num_attention_heads,
+                kv_heads: c.num_key_value_heads,
+                head_dim: c.head_dim,
+                inter: c.intermediate_size,
             },
-            rope_theta: $m.config.rope_theta,
-            embed: &$m.model.embed_tokens.weight,
-            layers: $m
+            inv_freq: m.rope.inv_freq(),
+            embed: &m.model.embed_tokens.weight,
+            layers: m
                 .model
                 .layers
                 .iter()
@@ -102,10 +102,10 @@ macro_rules! dense_parts {
                     )
                 })
                 .collect(),
-            norm: &$m.model.norm,
-            lm_head: $m.lm_head.as_ref(),
+            norm: &m.model.norm,
+            lm_head: m.lm_head.as_ref(),
         }
-    };
+    }
 }
 
 /// Extracts the weights of a dense Qwen2 or Qwen3 model.
@@ -115,8 +115,8 @@ macro_rules! dense_parts {
 /// tensor's shape disagrees with the config.
 pub(crate) fn extract(model: &CausalLm, device: &Device) -> Result<Weights> {
     let parts = match model {
-        CausalLm::Qwen2(m) => dense_parts!(m, m.config.head_dim()),
-        CausalLm::Qwen3(m) => dense_parts!(m, m.config.head_dim),
+        CausalLm::Qwen2(m) => Parts::of(m),
+        CausalLm::Qwen3(m) => Parts::of(m),
         CausalLm::Qwen3Moe(_) => {
             return Err(BackendError::UnsupportedByDecoder {
                 what: "qwen3_moe (mixture-of-experts) models; the CPU decoder runs dense \
@@ -141,6 +141,13 @@ fn build(p: &Parts<'_>, device: &Device) -> Result<Weights> {
         return Err(BackendError::InvalidConfig(format!(
             "cpu decoder: {heads} heads / {kv_heads} kv heads / head_dim {d} is not a valid \
              grouped-query layout with even head_dim"
+        )));
+    }
+    if p.inv_freq.len() != d / 2 {
+        return Err(BackendError::InvalidConfig(format!(
+            "cpu decoder: {} RoPE frequencies for head_dim {d}, expected {}",
+            p.inv_freq.len(),
+            d / 2
         )));
     }
     let embed = read(p.embed.val(), &[vocab, hidden], "embed_tokens")?;
@@ -213,7 +220,7 @@ fn build(p: &Parts<'_>, device: &Device) -> Result<Weights> {
         layers,
         final_norm: norm(p.norm, hidden, "norm")?,
         lm_head,
-        inv_freq: rope_inv_freq(d, p.rope_theta),
+        inv_freq: p.inv_freq.to_vec(),
     })
 }
 

@@ -1,0 +1,106 @@
+//! [`CausalLm`]: a model of any supported architecture, chosen by `config.json`'s `model_type`.
+
+use super::batch::TokenBatch;
+use super::decoder::{Architecture, Decoder, DecoderConfig};
+use super::qwen2::Qwen2Config;
+use super::qwen3::Qwen3Config;
+use super::qwen3_moe::Qwen3MoeConfig;
+use crate::hf::HfConfig;
+use crate::{BackendError, Result};
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+
+/// A causal language model of any supported architecture, chosen by `config.json`'s `model_type`.
+///
+/// Every variant is the same [`Decoder`] with another [`Architecture`]; the enum only says which,
+/// so that loading, saving, scoring, generation and training are written once for all of them.
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum CausalLm {
+    /// `qwen2`.
+    Qwen2(Decoder<Qwen2Config>),
+    /// `qwen3`.
+    Qwen3(Decoder<Qwen3Config>),
+    /// `qwen3_moe`.
+    Qwen3Moe(Decoder<Qwen3MoeConfig>),
+}
+
+/// Runs `$body` with `$m` bound to the decoder of whichever variant `$lm` is.
+macro_rules! with_decoder {
+    ($lm:expr, $m:ident => $body:expr) => {
+        match $lm {
+            CausalLm::Qwen2($m) => $body,
+            CausalLm::Qwen3($m) => $body,
+            CausalLm::Qwen3Moe($m) => $body,
+        }
+    };
+}
+
+impl CausalLm {
+    /// A randomly initialised model for `config` (by its `model_type`).
+    ///
+    /// # Errors
+    /// [`BackendError::UnknownModelType`] or [`BackendError::InvalidConfig`].
+    pub fn init(config: &HfConfig, device: &Device) -> Result<Self> {
+        fn build<A: Architecture>(config: &HfConfig, device: &Device) -> Result<Decoder<A>> {
+            Ok(A::from_hf(config)?.init(device))
+        }
+        Ok(match config.model_type.as_str() {
+            "qwen2" => Self::Qwen2(build(config, device)?),
+            "qwen3" => Self::Qwen3(build(config, device)?),
+            "qwen3_moe" => Self::Qwen3Moe(build(config, device)?),
+            other => {
+                return Err(BackendError::UnknownModelType {
+                    model_type: other.to_string(),
+                });
+            }
+        })
+    }
+
+    /// The HF `config.json` content of this model.
+    pub fn hf_config(&self) -> HfConfig {
+        with_decoder!(self, m => m.config.to_hf())
+    }
+
+    /// The sizes shared by every architecture (vocabulary, widths, heads, layers, RoPE base).
+    pub fn decoder_config(&self) -> &DecoderConfig {
+        with_decoder!(self, m => m.config.decoder())
+    }
+
+    /// Vocabulary size (valid token ids are `0..vocab_size`).
+    pub fn vocab_size(&self) -> usize {
+        self.decoder_config().vocab_size
+    }
+
+    /// Width of the hidden states ([`CausalLm::forward_hidden`]'s last dimension).
+    pub fn hidden_size(&self) -> usize {
+        self.decoder_config().hidden_size
+    }
+
+    /// Final-norm hidden states (the trunk without the LM head).
+    ///
+    /// # Shapes
+    /// - `batch.input_ids`: `[batch, seq]`
+    /// - output: `[batch, seq, hidden]`
+    pub fn forward_hidden(&self, batch: &TokenBatch) -> Tensor<3> {
+        with_decoder!(self, m => m.forward_hidden(batch))
+    }
+
+    /// LM-head logits of hidden states.
+    ///
+    /// # Shapes
+    /// - `hidden`: `[batch, seq, hidden]`
+    /// - output: `[batch, seq, vocab]`
+    pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
+        with_decoder!(self, m => m.logits(hidden))
+    }
+
+    /// Next-token logits at every position.
+    ///
+    /// # Shapes
+    /// - `batch.input_ids`: `[batch, seq]`
+    /// - output: `[batch, seq, vocab]`
+    pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
+        self.logits(self.forward_hidden(batch))
+    }
+}

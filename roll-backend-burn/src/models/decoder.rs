@@ -1,0 +1,349 @@
+//! The one Qwen-family decoder, parameterised by an [`Architecture`].
+//!
+//! Qwen2, Qwen3 and Qwen3-MoE are the same pre-norm decoder: token embedding → layers of
+//! (RMSNorm → grouped-query attention with HF rotary embeddings → residual → RMSNorm →
+//! feed-forward → residual) → final RMSNorm → an LM head that is its own matrix or the transposed
+//! embedding (`tie_word_embeddings`). They differ only in how attention is configured (bias,
+//! QK-RMSNorm), in the feed-forward block (a SwiGLU MLP or a mixture of experts) and in how they
+//! read and write HF `config.json`. [`Decoder`] holds the shared structure once; an
+//! [`Architecture`] — [`Qwen2Config`](super::qwen2::Qwen2Config),
+//! [`Qwen3Config`](super::qwen3::Qwen3Config), [`Qwen3MoeConfig`](super::qwen3_moe::Qwen3MoeConfig)
+//! — supplies the differences. This is Burn's style (one module, built from a config) rather than
+//! one copy of the decoder per architecture.
+//!
+//! Field names follow the HF checkpoint keys (`model.layers.0.self_attn.q_proj.weight`,
+//! `model.norm.weight`, `lm_head.weight`, ...), so burn-store loads and saves HF safetensors
+//! without renaming.
+
+use super::attention::{Attention, AttentionSpec, causal_padding_mask};
+use super::batch::TokenBatch;
+use super::linear::linear_rows;
+use super::mlp::Mlp;
+use super::norm::{rms_norm, rms_norm_hf};
+use super::rope::Rope;
+use crate::hf::HfConfig;
+use crate::{BackendError, Result};
+use burn::config::Config;
+use burn::module::{Module, ModuleDisplay};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm};
+use burn::tensor::{Bool, Device, Tensor};
+
+/// What distinguishes one Qwen-family architecture from another: its attention options, its
+/// feed-forward block and its HF `config.json` mapping. Everything else is [`Decoder`]'s.
+///
+/// An implementation is the architecture's config (it is stored in [`Decoder::config`]).
+pub trait Architecture: Clone + core::fmt::Debug + Send + Sync + 'static {
+    /// Each layer's feed-forward block (HF path `model.layers.N.mlp`).
+    type FeedForward: Module + ModuleDisplay + FeedForwardBlock;
+
+    /// Reads the architecture's fields of a HF config.
+    ///
+    /// # Errors
+    /// [`BackendError::UnknownModelType`] if `model_type` is another architecture's,
+    /// [`BackendError::InvalidConfig`] for inconsistent sizes.
+    fn from_hf(hf: &HfConfig) -> Result<Self>;
+
+    /// The HF `config.json` content of this config.
+    fn to_hf(&self) -> HfConfig;
+
+    /// The sizes every architecture has.
+    fn decoder(&self) -> &DecoderConfig;
+
+    /// The self-attention of every layer.
+    fn attention(&self) -> AttentionSpec;
+
+    /// A freshly initialised feed-forward block for layer `layer`.
+    fn init_feed_forward(&self, layer: usize, device: &Device) -> Self::FeedForward;
+
+    /// Builds a randomly initialised model (load weights with [`crate::load_model`] instead to
+    /// use a checkpoint).
+    fn init(&self, device: &Device) -> Decoder<Self> {
+        Decoder::init(self.clone(), device)
+    }
+}
+
+/// A layer's feed-forward block: `[batch, seq, hidden]` in, the same shape out.
+pub trait FeedForwardBlock {
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]`
+    /// - output: `[batch, seq, hidden]`
+    fn forward(&self, x: Tensor<3>) -> Tensor<3>;
+}
+
+/// The hyper-parameters every Qwen-family decoder has (the HF `config.json` fields shared by all
+/// architectures).
+#[derive(Config, Debug, PartialEq)]
+pub struct DecoderConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the dense SwiGLU MLP.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads.
+    pub num_key_value_heads: usize,
+    /// Per-head width.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    #[config(default = 1e-6)]
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    #[config(default = 10000.0)]
+    pub rope_theta: f64,
+    /// Share the embedding matrix with the LM head.
+    #[config(default = false)]
+    pub tie_word_embeddings: bool,
+}
+
+impl DecoderConfig {
+    /// Reads the shared fields of a HF config (`head_dim` as [`HfConfig::head_dim`] gives it) and
+    /// checks the head arithmetic.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidConfig`] for a zero size, query heads that are not a multiple of
+    /// the key/value heads, an odd `head_dim`, or an unreadable RoPE base.
+    pub fn from_hf(hf: &HfConfig) -> Result<Self> {
+        let cfg = Self::new(
+            hf.vocab_size,
+            hf.hidden_size,
+            hf.intermediate_size,
+            hf.num_hidden_layers,
+            hf.num_attention_heads,
+            hf.kv_heads(),
+            hf.head_dim(),
+        )
+        .with_rms_norm_eps(hf.rms_norm_eps)
+        .with_rope_theta(hf.rope_theta()?)
+        .with_tie_word_embeddings(hf.tie_word_embeddings);
+        cfg.check_heads()?;
+        Ok(cfg)
+    }
+
+    /// A HF config with the shared fields, for `model_type` and the transformers class
+    /// `architecture` (`"Qwen2ForCausalLM"`, ...). `head_dim` is left to the architecture
+    /// (Qwen2 derives it, Qwen3 writes it).
+    pub fn to_hf(&self, model_type: &str, architecture: &str) -> HfConfig {
+        let mut hf = HfConfig::new(
+            model_type,
+            self.vocab_size,
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_hidden_layers,
+            self.num_attention_heads,
+        );
+        hf.num_key_value_heads = Some(self.num_key_value_heads);
+        hf.rms_norm_eps = self.rms_norm_eps;
+        hf.rope_theta = Some(self.rope_theta);
+        hf.tie_word_embeddings = self.tie_word_embeddings;
+        hf.extra
+            .insert("architectures".into(), serde_json::json!([architecture]));
+        hf.extra.insert("hidden_act".into(), "silu".into());
+        hf
+    }
+
+    /// The attention block of these sizes with the architecture's options.
+    pub fn attention(&self, qkv_bias: bool, o_bias: bool, qk_norm: bool) -> AttentionSpec {
+        AttentionSpec {
+            hidden: self.hidden_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            qkv_bias,
+            o_bias,
+            qk_norm_eps: qk_norm.then_some(self.rms_norm_eps),
+        }
+    }
+
+    /// A dense SwiGLU MLP of width `intermediate_size`.
+    pub fn init_mlp(&self, device: &Device) -> Mlp {
+        Mlp::init(self.hidden_size, self.intermediate_size, device)
+    }
+
+    fn check_heads(&self) -> Result<()> {
+        let (hidden, heads, kv_heads, head_dim) = (
+            self.hidden_size,
+            self.num_attention_heads,
+            self.num_key_value_heads,
+            self.head_dim,
+        );
+        if heads == 0 || kv_heads == 0 || head_dim == 0 || hidden == 0 {
+            return Err(BackendError::InvalidConfig(
+                "hidden_size, heads, kv heads and head_dim must be positive".into(),
+            ));
+        }
+        if !heads.is_multiple_of(kv_heads) {
+            return Err(BackendError::InvalidConfig(format!(
+                "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+            )));
+        }
+        if !head_dim.is_multiple_of(2) {
+            return Err(BackendError::InvalidConfig(format!(
+                "head_dim {head_dim} must be even for RoPE"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Fails unless `hf` is of `model_type`.
+///
+/// # Errors
+/// [`BackendError::UnknownModelType`] naming the `model_type` found.
+pub(crate) fn expect_model_type(hf: &HfConfig, model_type: &str) -> Result<()> {
+    if hf.model_type == model_type {
+        Ok(())
+    } else {
+        Err(BackendError::UnknownModelType {
+            model_type: hf.model_type.clone(),
+        })
+    }
+}
+
+/// One pre-norm decoder layer: `h = x + attn(norm(x))`, `out = h + ff(norm(h))`.
+#[derive(Module, Debug)]
+pub struct DecoderLayer<F: Module> {
+    /// Self-attention.
+    pub self_attn: Attention,
+    /// Dense MLP or mixture of experts.
+    pub mlp: F,
+    /// Norm before attention.
+    pub input_layernorm: RmsNorm,
+    /// Norm before the feed-forward block.
+    pub post_attention_layernorm: RmsNorm,
+}
+
+impl<F: Module + FeedForwardBlock> DecoderLayer<F> {
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]`, `cos`/`sin`: `[batch, 1, seq, head_dim]`,
+    ///   `mask`: `[batch, 1, seq, seq]`
+    /// - output: `[batch, seq, hidden]`
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        cos: &Tensor<4>,
+        sin: &Tensor<4>,
+        mask: &Tensor<4, Bool>,
+    ) -> Tensor<3> {
+        let h = x.clone()
+            + self
+                .self_attn
+                .forward(rms_norm_hf(&self.input_layernorm, x), cos, sin, mask);
+        h.clone()
+            + self
+                .mlp
+                .forward(rms_norm_hf(&self.post_attention_layernorm, h))
+    }
+}
+
+/// The trunk: embedding, decoder layers, final norm (HF `*Model`).
+#[derive(Module, Debug)]
+pub struct DecoderModel<F: Module> {
+    /// Token embedding `[vocab, hidden]`.
+    pub embed_tokens: Embedding,
+    /// Decoder layers.
+    pub layers: Vec<DecoderLayer<F>>,
+    /// Final RMSNorm.
+    pub norm: RmsNorm,
+}
+
+/// A Qwen-family decoder with its LM head (HF `*ForCausalLM`).
+#[derive(Module, Debug)]
+pub struct Decoder<A: Architecture> {
+    /// The trunk (HF prefix `model.`).
+    pub model: DecoderModel<A::FeedForward>,
+    /// The LM head; `None` when tied to the embedding.
+    pub lm_head: Option<Linear>,
+    /// Rotary tables.
+    #[module(skip)]
+    pub rope: Rope,
+    /// The hyper-parameters it was built from.
+    #[module(skip)]
+    pub config: A,
+}
+
+impl<A: Architecture> Decoder<A> {
+    /// A randomly initialised model of `config`.
+    pub fn init(config: A, device: &Device) -> Self {
+        let c = config.decoder();
+        let attention = config.attention();
+        let norm = || rms_norm(c.hidden_size, c.rms_norm_eps, device);
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| DecoderLayer {
+                self_attn: attention.init(device),
+                mlp: config.init_feed_forward(i, device),
+                input_layernorm: norm(),
+                post_attention_layernorm: norm(),
+            })
+            .collect();
+        Self {
+            model: DecoderModel {
+                embed_tokens: EmbeddingConfig::new(c.vocab_size, c.hidden_size).init(device),
+                layers,
+                norm: norm(),
+            },
+            lm_head: (!c.tie_word_embeddings).then(|| {
+                LinearConfig::new(c.hidden_size, c.vocab_size)
+                    .with_bias(false)
+                    .init(device)
+            }),
+            rope: Rope::new(c.head_dim, c.rope_theta),
+            config,
+        }
+    }
+
+    /// Final-norm hidden states of every position (the trunk without the LM head).
+    ///
+    /// # Shapes
+    /// - `batch.input_ids`: `[batch, seq]`
+    /// - output: `[batch, seq, hidden]`
+    pub fn forward_hidden(&self, batch: &TokenBatch) -> Tensor<3> {
+        let (cos, sin) = self.rope.cos_sin(&batch.position_ids);
+        let mask = causal_padding_mask(&batch.attention_mask);
+        let mut x = self.model.embed_tokens.forward(batch.input_ids.clone());
+        for layer in &self.model.layers {
+            x = layer.forward(x, &cos, &sin, &mask);
+        }
+        rms_norm_hf(&self.model.norm, x)
+    }
+
+    /// Logits from final hidden states: through `lm_head`, or — for tied embeddings — through
+    /// the transposed embedding matrix.
+    ///
+    /// # Shapes
+    /// - `hidden`: `[batch, seq, hidden]`
+    /// - output: `[batch, seq, vocab]`
+    pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
+        let [b, t, h] = hidden.dims();
+        let rows = hidden.reshape([b * t, h]);
+        // 2-D GEMMs: a batched product against a broadcast `[1, h, vocab]` weight costs ~30% more
+        // forward and ~2x more backward (the weight gradient is summed over a `[b, h, vocab]`
+        // stack).
+        let logits = match &self.lm_head {
+            Some(head) => linear_rows(head, rows),
+            None => {
+                // `embedᵀ` copied contiguous: a transposed view would let small products take
+                // gemm's dot-product kernel, whose rounding differs from the big ones', so a row's
+                // logits would depend (in the last bits) on how many rows share the batch.
+                let embed = &self.model.embed_tokens;
+                let [vocab, _] = embed.weight.dims();
+                let weight = embed.weight.val().transpose().reshape([h * vocab]);
+                rows.matmul(weight.reshape([h, vocab]))
+            }
+        };
+        let vocab = logits.dims()[1];
+        logits.reshape([b, t, vocab])
+    }
+
+    /// Next-token logits at every position.
+    ///
+    /// # Shapes
+    /// - `batch.input_ids`: `[batch, seq]`
+    /// - output: `[batch, seq, vocab]`
+    pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
+        self.logits(self.forward_hidden(batch))
+    }
+}
