@@ -102,7 +102,7 @@ fn transpose(rows: usize, cols: usize, values: &[f32]) -> Vec<f32> {
 /// (`peft_type` `LORA`, `task_type` `CAUSAL_LM`, `r`, `lora_alpha`, `target_modules` of `lora`,
 /// `base_model_name_or_path`) and `adapter_model.safetensors` with PEFT's tensor names
 /// (`base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight` `[r, in]`,
-/// `….lora_B.weight` `[out, r]`; see the [module docs](self) for the mapping). Returns how many
+/// `….lora_B.weight` `[out, r]`: PEFT stores A and B transposed from roll's layout). Returns how many
 /// weights carry an adapter.
 ///
 /// `lora` must be the config the adapters were trained with: the scale `alpha / r` is not

@@ -30,7 +30,7 @@ fn positive(field: &str, value: usize) -> Result<()> {
 }
 
 impl HfConfig {
-    /// Checks every field the model uses (see the [module docs](self)).
+    /// Checks every field the model uses against what the architecture needs.
     ///
     /// Keys the file may omit are checked at the value the model will use (e.g. the RoPE base
     /// from either spelling, `num_key_value_heads` defaulting to the query heads).
