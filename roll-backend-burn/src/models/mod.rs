@@ -17,8 +17,8 @@ mod rope;
 mod value_head;
 
 pub use attention::{Attention, AttentionSpec, causal_padding_mask};
-pub use batch::{PaddingSide, TokenBatch};
 pub(crate) use batch::check_id;
+pub use batch::{PaddingSide, TokenBatch};
 pub use causal_lm::CausalLm;
 pub use decoder::{
     Architecture, Decoder, DecoderConfig, DecoderLayer, DecoderModel, FeedForwardBlock,

@@ -40,7 +40,12 @@ impl Architecture for Qwen3Config {
     }
 
     fn to_hf(&self) -> HfConfig {
-        qwen3_hf(&self.decoder, self.attention_bias, "qwen3", "Qwen3ForCausalLM")
+        qwen3_hf(
+            &self.decoder,
+            self.attention_bias,
+            "qwen3",
+            "Qwen3ForCausalLM",
+        )
     }
 
     fn decoder(&self) -> &DecoderConfig {

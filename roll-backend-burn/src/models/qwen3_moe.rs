@@ -8,9 +8,7 @@
 //! supported too (`shared_expert_intermediate_size`).
 
 use super::attention::AttentionSpec;
-use super::decoder::{
-    Architecture, Decoder, DecoderConfig, FeedForwardBlock, expect_model_type,
-};
+use super::decoder::{Architecture, Decoder, DecoderConfig, FeedForwardBlock, expect_model_type};
 use super::mlp::Mlp;
 use super::qwen3::{qwen3_attention, qwen3_hf};
 use crate::hf::HfConfig;

@@ -217,10 +217,17 @@ mod tests {
             .map(|_| (reference.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
             .collect();
         assert_eq!(xs, want);
-        assert_eq!(rng.state, reference.next_u64(), "next state: the stream's next output");
+        assert_eq!(
+            rng.state,
+            reference.next_u64(),
+            "next state: the stream's next output"
+        );
 
         let mut restored = TrainerRng { state: rng.state };
-        assert_eq!(rng.uniform_vec(5, -1.0, 1.0), restored.uniform_vec(5, -1.0, 1.0));
+        assert_eq!(
+            rng.uniform_vec(5, -1.0, 1.0),
+            restored.uniform_vec(5, -1.0, 1.0)
+        );
         assert_eq!(rng.next_u64(), restored.next_u64());
         assert_eq!(rng, restored);
         // Consecutive requests do not repeat each other.
