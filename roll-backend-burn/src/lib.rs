@@ -12,7 +12,7 @@
 //! - **Trainer** ([`train`]): roll-algos objectives with token-exact gradient accumulation,
 //!   PyTorch-default AdamW, global-norm clipping, warmup/cosine schedules, LoRA, a critic, and
 //!   atomic checkpoints that resume bit for bit.
-//! - **Models** ([`models`]): Qwen2, Qwen3 and Qwen3-MoE, one readable file each, behind the
+//! - **Models** ([`models`]): one decoder parameterised by an architecture config — Qwen2, Qwen3 and Qwen3-MoE — behind the
 //!   [`CausalLm`] enum; a [`ValueHead`] for critics; [`TokenBatch`] carries padding (left or
 //!   right) as an attention mask plus position ids, so padding never changes a result.
 //! - **HuggingFace in and out** ([`hf`]): [`load_model`] reads `config.json` and one or many

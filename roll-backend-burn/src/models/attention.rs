@@ -63,7 +63,7 @@ pub struct Attention {
 }
 
 /// Sizes and options of an [`Attention`] block.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionSpec {
     /// Width of the residual stream.
     pub hidden: usize,

@@ -347,3 +347,87 @@ impl<A: Architecture> Decoder<A> {
         self.logits(self.forward_hidden(batch))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::qwen2::Qwen2Config;
+    use crate::models::qwen3::Qwen3Config;
+    use crate::models::qwen3_moe::{FeedForward, Qwen3MoeConfig};
+
+    fn hf(model_type: &str, hidden: usize, heads: usize, kv_heads: usize) -> HfConfig {
+        let mut c = HfConfig::new(model_type, 50, hidden, 40, 3, heads);
+        c.num_key_value_heads = Some(kv_heads);
+        c
+    }
+
+    fn invalid(result: Result<impl core::fmt::Debug>) -> String {
+        match result {
+            Err(BackendError::InvalidConfig(message)) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_head_arithmetic_is_an_error_naming_the_sizes() {
+        let message = invalid(Qwen3Config::from_hf(&hf("qwen3", 24, 4, 3)));
+        assert!(
+            message.contains("4 is not a multiple of num_key_value_heads 3"),
+            "{message}"
+        );
+        let mut odd = hf("qwen3", 24, 4, 2);
+        odd.head_dim = Some(5);
+        let message = invalid(Qwen3Config::from_hf(&odd));
+        assert!(message.contains("head_dim 5 must be even"), "{message}");
+        let message = invalid(Qwen2Config::from_hf(&hf("qwen2", 30, 4, 2)));
+        assert!(message.contains("hidden_size 30 divisible by num_attention_heads 4"));
+        let message = invalid(Qwen3MoeConfig::from_hf(&hf("qwen3_moe", 24, 4, 2)));
+        assert!(message.contains("num_experts (0)"), "{message}");
+        assert!(matches!(
+            Qwen2Config::from_hf(&hf("qwen3", 24, 4, 2)),
+            Err(BackendError::UnknownModelType { model_type }) if model_type == "qwen3"
+        ));
+    }
+
+    /// The architectures share every size and differ in their attention options and
+    /// feed-forward blocks only.
+    #[test]
+    fn architectures_set_their_own_attention_and_feed_forward() {
+        let device = Device::flex();
+        let mut base = hf("qwen2", 24, 4, 2);
+        let qwen2 = Qwen2Config::from_hf(&base).expect("valid").init(&device);
+        let attn = &qwen2.model.layers[0].self_attn;
+        assert!(attn.q_proj.bias.is_some() && attn.v_proj.bias.is_some());
+        assert!(attn.o_proj.bias.is_none() && attn.q_norm.is_none());
+        assert_eq!(qwen2.config.decoder.head_dim, 6);
+
+        base.model_type = "qwen3".into();
+        base.head_dim = Some(8);
+        base.rms_norm_eps = 1e-5;
+        let qwen3 = Qwen3Config::from_hf(&base).expect("valid");
+        let spec = qwen3.attention();
+        assert_eq!(spec.head_dim, 8);
+        assert_eq!(spec.qk_norm_eps, Some(1e-5));
+        assert!(!spec.qkv_bias && !spec.o_bias);
+        let biased = qwen3.clone().with_attention_bias(true).attention();
+        assert!(biased.qkv_bias && biased.o_bias);
+        // Everything but the options is shared: Qwen3 reads the same sizes as Qwen2 would.
+        assert_eq!(qwen3.decoder.num_key_value_heads, 2);
+        assert_eq!(qwen3.decoder.hidden_size, 24);
+
+        base.model_type = "qwen3_moe".into();
+        base.num_experts = Some(4);
+        base.num_experts_per_tok = Some(2);
+        base.moe_intermediate_size = Some(16);
+        base.decoder_sparse_step = Some(2);
+        let moe = Qwen3MoeConfig::from_hf(&base).expect("valid").init(&device);
+        let kinds: Vec<bool> = moe
+            .model
+            .layers
+            .iter()
+            .map(|l| matches!(l.mlp, FeedForward::Sparse(_)))
+            .collect();
+        assert_eq!(kinds, [false, true, false], "every second layer is sparse");
+        assert_eq!(moe.config.attention(), qwen3.attention());
+    }
+}

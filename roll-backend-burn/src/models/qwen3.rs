@@ -3,7 +3,7 @@
 //! (`attention_bias` switches bias on q/k/v/o together), a `head_dim` that need not equal
 //! `hidden_size / num_attention_heads`, and a dense SwiGLU MLP in every layer.
 //!
-//! Qwen3-MoE shares this attention (`qwen3_attention`, `qwen3_hf`).
+//! Qwen3-MoE shares this attention and the `head_dim`/`attention_bias` config fields.
 
 use super::attention::AttentionSpec;
 use super::decoder::{Architecture, Decoder, DecoderConfig, expect_model_type};

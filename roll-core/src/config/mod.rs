@@ -242,38 +242,44 @@ impl Config {
                     );
                 }
                 let defaults = RolloutConfig::default();
+                let r = &self.rollout;
                 let rlvr_only = [
                     (
                         "rollout.prompts_per_step",
-                        self.rollout.prompts_per_step != defaults.prompts_per_step,
+                        r.prompts_per_step != defaults.prompts_per_step,
+                        r.prompts_per_step,
                         "`agentic.num_groups`",
                     ),
                     (
                         "rollout.group_size",
-                        self.rollout.group_size != defaults.group_size,
+                        r.group_size != defaults.group_size,
+                        r.group_size,
                         "`agentic.group_size`",
                     ),
                     (
                         "rollout.oversample_prompts",
-                        self.rollout.oversample_prompts != defaults.oversample_prompts,
+                        r.oversample_prompts != defaults.oversample_prompts,
+                        r.oversample_prompts,
                         "`agentic.group_size_redundancy`",
                     ),
                     (
                         "rollout.max_new_tokens",
-                        self.rollout.max_new_tokens != defaults.max_new_tokens,
+                        r.max_new_tokens != defaults.max_new_tokens,
+                        r.max_new_tokens,
                         "`agentic.max_tokens_per_turn`",
                     ),
                     (
                         "rollout.max_staleness",
-                        self.rollout.max_staleness != defaults.max_staleness,
+                        r.max_staleness != defaults.max_staleness,
+                        r.max_staleness,
                         "0: the agentic scheduler is synchronous",
                     ),
                 ];
-                for (key, set, instead) in rlvr_only {
+                for (key, set, value, instead) in rlvr_only {
                     if set {
                         return refuse(
                             key,
-                            "a value",
+                            &value.to_string(),
                             &format!("its default with `pipeline = \"agentic\"`; use {instead}"),
                         );
                     }
