@@ -124,6 +124,12 @@ fn combinations_that_cannot_run_are_refused_at_load_naming_the_key() {
             && err.contains("train.recompute_old_logprobs"),
         "{err}"
     );
+    // A warm-up as long as the run leaves the cosine schedule nothing to decay over.
+    let err = load(&["run.max_steps=2"]);
+    assert!(
+        err.contains("train.warmup_steps") && err.contains("run.max_steps"),
+        "{err}"
+    );
     let agentic = format!("{ROOT}/examples/configs/agentic_sokoban.toml");
     let err = ConfigLoader::new()
         .file(&agentic)

@@ -237,3 +237,57 @@ async fn agentic_trains_a_burn_policy_on_a_users_environment() {
     assert_eq!(run.actor().weight_version(), WeightVersion(1));
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The example config files run as shipped (made small by overrides): every setting that
+/// validates also runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_configs_run() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let source = format!("model.source.path=\"{FIXTURE}\"");
+    let out = out_dir("examples");
+    let output = format!("run.output_dir=\"{}\"", out.display());
+
+    let rlvr = ConfigLoader::new()
+        .file(format!("{root}/examples/configs/rlvr_tiny.toml"))
+        .overrides([
+            source.as_str(),
+            output.as_str(),
+            "run.max_steps=1",
+            "train.warmup_steps=0",
+            "rollout.prompts_per_step=4",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=4",
+        ])
+        .load()
+        .expect("rlvr_tiny.toml");
+    // Two dataset tags, one per configured domain: math answers and the `A: 47` format.
+    let dataset = (0..16u64).map(|i| {
+        let tag = if i % 2 == 0 { "arithmetic" } else { "format" };
+        Prompt::new(PromptId(i), format!("Q: {i}+{i}=? A:"), tag)
+            .with_ground_truth((2 * i).to_string())
+    });
+    let mut run = RunBuilder::new(rlvr)
+        .prompts(dataset)
+        .build()
+        .expect("build rlvr");
+    let report = run.step().await.expect("rlvr step");
+    assert_eq!(report.groups, 4);
+
+    let agentic = ConfigLoader::new()
+        .file(format!("{root}/examples/configs/agentic_sokoban.toml"))
+        .overrides([
+            source.as_str(),
+            output.as_str(),
+            "run.max_steps=1",
+            "agentic.num_groups=2",
+            "agentic.group_size=2",
+            "agentic.max_turns=2",
+            "agentic.max_tokens_per_turn=8",
+        ])
+        .load()
+        .expect("agentic_sokoban.toml");
+    let mut run = RunBuilder::new(agentic).build().expect("build agentic");
+    let report = run.step().await.expect("agentic step");
+    assert_eq!(report.groups, 2);
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -90,7 +90,9 @@ fn toml_and_yaml_samples_give_equal_configs() {
     assert_eq!(toml.rollout.sampling.stop, ["\n"]);
     assert_eq!(
         toml.domains["format"].reward,
-        ComponentSpec::new("format_rule").with_option("pattern", "^A: -?[0-9]+$")
+        ComponentSpec::new("format")
+            .with_option("think", "forbidden")
+            .with_option("answer", "any")
     );
 }
 

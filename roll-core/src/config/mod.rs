@@ -312,6 +312,22 @@ impl Config {
                  (build the pipeline in code with `RlvrPipeline::with_critic`)",
             );
         }
+        let optimizer_steps = self
+            .run
+            .max_steps
+            .saturating_mul(u64::from(self.train.ppo_epochs));
+        if matches!(self.train.lr_schedule, LrSchedule::Cosine { .. })
+            && self.train.warmup_steps >= optimizer_steps
+        {
+            return refuse(
+                "train.warmup_steps",
+                &self.train.warmup_steps.to_string(),
+                &format!(
+                    "fewer than the run's {optimizer_steps} optimiser steps (`run.max_steps × \
+                     train.ppo_epochs`): the cosine schedule decays after the warm-up"
+                ),
+            );
+        }
         if self.train.critic_warmup > 0 {
             return refuse(
                 "train.critic_warmup",
