@@ -104,7 +104,62 @@ pub(crate) fn file_layer(path: &Path) -> Result<Layer> {
     parse_layer(format, &text, format!("file {}", path.display()))
 }
 
+/// The largest config text accepted, in bytes: real configs are a few KiB.
+pub(crate) const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// The deepest nesting of `[`/`{` accepted: the config tree is a few levels deep, and parsers
+/// take time (a YAML parser tens of seconds) to refuse hostile nesting on their own.
+pub(crate) const MAX_CONFIG_NESTING: usize = 64;
+
+/// Refuses text too large or too deeply nested to be a config, before any parser sees it.
+fn check_shape(text: &str, origin: &str) -> Result<()> {
+    let refuse = |message: String| {
+        Err(Error::ConfigSource {
+            origin: origin.to_owned(),
+            message,
+        })
+    };
+    if text.len() > MAX_CONFIG_BYTES {
+        return refuse(format!(
+            "{} bytes is more than a config can be ({MAX_CONFIG_BYTES} bytes)",
+            text.len()
+        ));
+    }
+    // Brackets inside quoted strings or comments do not nest. Quotes and comments end at the
+    // line's end (a quote the parser would not see as one only hides brackets it would read as
+    // text, so nothing deep gets through).
+    let (mut depth, mut quote, mut comment) = (0usize, None::<char>, false);
+    let mut escaped = false;
+    for c in text.chars() {
+        if c == '\n' {
+            (quote, comment, escaped) = (None, false, false);
+            continue;
+        }
+        match (quote, c) {
+            _ if comment => {}
+            (Some(_), _) if escaped => escaped = false,
+            (Some('"'), '\\') => escaped = true,
+            (Some(q), _) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '#') => comment = true,
+            (None, '[' | '{') => {
+                depth += 1;
+                if depth > MAX_CONFIG_NESTING {
+                    return refuse(format!(
+                        "brackets nested more than {MAX_CONFIG_NESTING} deep; a config is a few \
+                         levels deep"
+                    ));
+                }
+            }
+            (None, ']' | '}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn parse_layer(format: FileFormat, text: &str, origin: String) -> Result<Layer> {
+    check_shape(text, &origin)?;
     let data = match format {
         FileFormat::Toml => Toml::string(text).data(),
         FileFormat::Yaml => Yaml::string(text).data(),
@@ -214,6 +269,38 @@ fn remove(dict: &mut Dict, path: &[String]) {
         });
     if let Some(parent) = parent {
         parent.remove(last);
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn hostile_nesting_and_size_are_refused_before_parsing() {
+        let deep = "[".repeat(200_000);
+        for format in [FileFormat::Yaml, FileFormat::Toml] {
+            let err = parse_layer(format, &deep, "file hostile".into())
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(err.contains("nested") && err.contains("hostile"), "{err}");
+        }
+        let big = format!("# {}\n", "x".repeat(MAX_CONFIG_BYTES));
+        let err = parse_layer(FileFormat::Toml, &big, "file big".into())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("bytes"), "{err}");
+    }
+
+    #[test]
+    fn brackets_in_strings_and_comments_do_not_count() {
+        let nested = "[".repeat(MAX_CONFIG_NESTING + 1);
+        let text = format!("a = \"{nested}\" # {nested}\nb = '{nested}'\nc = [[1], [2]]\n");
+        assert!(check_shape(&text, "inline").is_ok());
+        let too_deep = format!("c = {nested}\n");
+        assert!(check_shape(&too_deep, "inline").is_err());
     }
 }
 
