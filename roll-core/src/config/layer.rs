@@ -280,17 +280,17 @@ mod shape_tests {
     fn hostile_nesting_and_size_are_refused_before_parsing() {
         let deep = "[".repeat(200_000);
         for format in [FileFormat::Yaml, FileFormat::Toml] {
-            let err = parse_layer(format, &deep, "file hostile".into())
-                .err()
-                .expect("refused")
-                .to_string();
+            let Err(err) = parse_layer(format, &deep, "file hostile".into()) else {
+                panic!("hostile nesting accepted");
+            };
+            let err = err.to_string();
             assert!(err.contains("nested") && err.contains("hostile"), "{err}");
         }
         let big = format!("# {}\n", "x".repeat(MAX_CONFIG_BYTES));
-        let err = parse_layer(FileFormat::Toml, &big, "file big".into())
-            .err()
-            .expect("refused")
-            .to_string();
+        let Err(err) = parse_layer(FileFormat::Toml, &big, "file big".into()) else {
+            panic!("an oversized config accepted");
+        };
+        let err = err.to_string();
         assert!(err.contains("bytes"), "{err}");
     }
 
