@@ -105,7 +105,11 @@ impl StepResult {
 
     /// Adds (or replaces) one info entry.
     #[must_use]
-    pub fn with_info(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+    pub fn with_info(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Self {
         self.info.insert(key.into(), value.into());
         self
     }

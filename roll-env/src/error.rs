@@ -186,6 +186,9 @@ mod tests {
         if let EnvError::TooManyFiltered { last_error, .. } = &mut e {
             *last_error = Some("unrewarded sample".into());
         }
-        assert!(e.to_string().ends_with("; last filter error: unrewarded sample"));
+        assert!(
+            e.to_string()
+                .ends_with("; last filter error: unrewarded sample")
+        );
     }
 }

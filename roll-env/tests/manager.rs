@@ -402,7 +402,10 @@ async fn the_run_seed_reaches_every_turn_of_every_episode() {
     assert_eq!(distinct, expected);
     // Episodes of one group play the same level but sample differently.
     let texts = responses(&batch);
-    assert!(texts.iter().all(|g| g[0] != g[1] || g[1] != g[2]), "{texts:?}");
+    assert!(
+        texts.iter().all(|g| g[0] != g[1] || g[1] != g[2]),
+        "{texts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,7 +432,7 @@ async fn a_filter_replaces_rejected_groups_with_new_ones() {
     // Keeps even group ids only: group 1 is rejected and group 2 takes its place.
     let mut scheduler = AgenticScheduler::new(m, 2)
         .unwrap()
-        .with_filter(|g: &Group| g.id().0 % 2 == 0);
+        .with_filter(|g: &Group| g.id().0.is_multiple_of(2));
     let batch = scheduler.next_batch().await.unwrap();
     let ids: Vec<u64> = batch.groups.iter().map(|g| g.id().0).collect();
     assert_eq!(ids, [0, 2]);

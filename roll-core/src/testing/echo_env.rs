@@ -58,7 +58,10 @@ mod tests {
         let r = env.step(" hi ").unwrap();
         assert_eq!((r.observation.as_str(), r.reward), ("hi", 1.0));
         assert_eq!(r.status, EnvStatus::Running);
-        assert_eq!((r.info["turn"].as_u64(), r.action_is_valid()), (Some(1), Some(true)));
+        assert_eq!(
+            (r.info["turn"].as_u64(), r.action_is_valid()),
+            (Some(1), Some(true))
+        );
         let r = env.step("").unwrap();
         assert!(r.is_truncated());
         assert_eq!((r.reward, r.action_is_valid()), (-0.1, Some(false)));

@@ -158,11 +158,13 @@ impl Env for Lake {
                 "At turn {}, you did not provide a valid action.",
                 self.steps
             );
-            return Ok(StepResult::running(self.prompt(false, Some(&feedback)), 0.0)
-                .with_action_valid(false)
-                .with_info("action_is_effective", false)
-                .with_info("success", false)
-                .with_info("action", content));
+            return Ok(
+                StepResult::running(self.prompt(false, Some(&feedback)), 0.0)
+                    .with_action_valid(false)
+                    .with_info("action_is_effective", false)
+                    .with_info("success", false)
+                    .with_info("action", content),
+            );
         };
         let actual = self.slide(dir);
         let before = self.position;

@@ -133,7 +133,11 @@ mod tests {
             let err = evaluate(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
         }
-        assert!(evaluate(&"1+".repeat(200)).unwrap_err().contains("longer than"));
+        assert!(
+            evaluate(&"1+".repeat(200))
+                .unwrap_err()
+                .contains("longer than")
+        );
         // Written products count, `**` is a power, not two products.
         assert_eq!(evaluate("2 * 3 * 4"), Ok(24.0));
         assert_eq!(evaluate("2 ** 3 * 2"), Ok(16.0));

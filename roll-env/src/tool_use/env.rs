@@ -212,8 +212,8 @@ impl Env for Tools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use roll_core::EnvStatus;
     use crate::tool_use::SandboxOutput;
+    use roll_core::EnvStatus;
 
     #[test]
     fn calculator_then_answer_earns_the_reward() {

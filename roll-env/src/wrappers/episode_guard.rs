@@ -156,7 +156,11 @@ mod tests {
             err.contains("`script`") && err.contains("it terminated"),
             "{err}"
         );
-        assert_eq!(env.inner().steps(), 2, "the refused step never reached the env");
+        assert_eq!(
+            env.inner().steps(),
+            2,
+            "the refused step never reached the env"
+        );
         env.reset(1).unwrap();
         assert_eq!(env.step("d").unwrap().observation, "d#1");
     }
@@ -168,7 +172,10 @@ mod tests {
         env.reset(0).unwrap();
         assert_eq!(env.step("a").unwrap().status, EnvStatus::Truncated);
         let err = env_error(env.step("b").unwrap_err());
-        assert!(err.contains("EpisodeOver") && err.contains("truncated"), "{err}");
+        assert!(
+            err.contains("EpisodeOver") && err.contains("truncated"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -141,7 +141,9 @@ mod tests {
         let mut env = StepLimit::new(Script::endless(), 1).unwrap();
         env.reset(0).unwrap();
         assert_eq!(env.step("x").unwrap().status, EnvStatus::Truncated);
-        let err = StepLimit::new(Script::endless(), 0).unwrap_err().to_string();
+        let err = StepLimit::new(Script::endless(), 0)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("max_steps"), "{err}");
     }
 
