@@ -235,7 +235,7 @@ impl Trainer {
                 model.vocab_size(),
                 &self.core.ad_device,
             )?;
-            let inputs = policy_inputs(model, &chunk, objective.entropy_coef != 0.0);
+            let inputs = policy_inputs(model, &chunk, &objective);
             let out = policy_objective(&objective, inputs, &plan.denominators)
                 .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
             let grads = GradientsParams::from_grads(out.loss.backward(), model);
@@ -348,8 +348,10 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
 }
 
 /// The objective's inputs for one micro-batch: log-probs (and entropy, with gradient only when
-/// the entropy bonus is on) of the response tokens, and the batch's per-token data.
-fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, entropy_grad: bool) -> PolicyInputs {
+/// the entropy bonus is on) of the response tokens, and the batch's per-token data — the
+/// rollout's log-probs only when the objective corrects against them.
+fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, objective: &Objective) -> PolicyInputs {
+    let entropy_grad = objective.entropy_coef != 0.0;
     let hidden = chunk.response_hidden(model.forward_hidden(&chunk.tokens));
     // Straight from the logits: no [B, T, V] log-softmax is materialised, and the gradients are
     // the analytic ones (see `token_logprobs_and_entropy`).
@@ -369,8 +371,10 @@ fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, entropy_grad: bool) -> Pol
     )
     .with_sample_weights(chunk.per_sequence(|s| s.weight))
     .with_scores(chunk.per_sequence(|s| s.score))
-    .with_infer_logp(chunk.per_token(|s| &s.rollout_logprobs))
     .with_entropy(entropy);
+    if objective.train_infer_correction.is_some() {
+        inputs = inputs.with_infer_logp(chunk.per_token(|s| &s.rollout_logprobs));
+    }
     if chunk.seqs.iter().all(|s| s.ref_logprobs.is_some()) {
         inputs = inputs.with_ref_logp(
             chunk.per_token(|s: &TrainSequence| s.ref_logprobs.as_deref().unwrap_or(&[])),
