@@ -113,6 +113,11 @@ fn combinations_that_cannot_run_are_refused_at_load_naming_the_key() {
         err.contains("algorithm.advantage.kind") && err.contains("agentic"),
         "{err}"
     );
+    let err = load(&["algorithm.objective.policy_loss.kind=cross_entropy"]);
+    assert!(
+        err.contains("algorithm.objective.policy_loss.kind") && err.contains("sft"),
+        "{err}"
+    );
     let err = load(&["algorithm.advantage.kind=gae"]);
     assert!(
         err.contains("algorithm.advantage.kind") && err.contains("critic"),

@@ -94,3 +94,24 @@ pub trait Tokenizer: Send + Sync {
     /// If the template cannot render the messages.
     fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String>;
 }
+
+/// The token ids of a single-turn prompt: the optional system message and the user message
+/// rendered by the tokenizer's chat template with the generation prompt, then encoded. RLVR
+/// rollouts, supervised fine-tuning and evaluation all encode prompts here, so a model is trained
+/// and evaluated on exactly the ids it generates from.
+///
+/// # Errors
+/// If the template cannot render the messages or the text cannot be encoded.
+pub fn encode_prompt(
+    tokenizer: &dyn Tokenizer,
+    system: Option<&str>,
+    user: &str,
+) -> Result<Vec<u32>> {
+    let mut messages = Vec::with_capacity(2);
+    if let Some(system) = system {
+        messages.push(ChatMessage::new(Role::System, system));
+    }
+    messages.push(ChatMessage::new(Role::User, user));
+    let text = tokenizer.render_chat(&messages, true)?;
+    tokenizer.encode(&text)
+}

@@ -147,7 +147,7 @@ async fn built_from_config_with_wrapper_options() {
                 .with_option("timeout_s", 2.5)
                 .with_option("max_concurrency", 4)
                 .with_option("weight", 0.5)
-                .with_option("require_boxed", true),
+                .with_option("answer", "boxed"),
             2.0,
             &["gsm8k", "math500"],
         ),

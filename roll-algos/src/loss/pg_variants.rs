@@ -38,6 +38,17 @@ pub fn vanilla_pg_loss(logp: Tensor<2>, advantages: Tensor<2>) -> Result<TokenLo
     Ok(TokenLoss::unclipped((advantages * logp).neg()))
 }
 
+/// Negative log-likelihood, `L = −logp`: supervised fine-tuning's cross-entropy on the trained
+/// tokens (aggregated by the objective's [`LossAggregation`](crate::loss::LossAggregation), token-mean
+/// for SFT). Not a policy gradient — no advantage, no ratio — but it runs through the same
+/// objective, micro-batching and global denominators as the RL losses.
+///
+/// # Shapes
+/// `logp`: `[B, T]` → `[B, T]`.
+pub fn nll_loss(logp: Tensor<2>) -> TokenLoss {
+    TokenLoss::unclipped(logp.neg())
+}
+
 /// Truncated importance sampling (TIS): `L = −sg(clamp(r, lower, upper))·A·logp`.
 ///
 /// ROLL uses `lower = 0`, `upper = 1`. Reports `clipped_low = r < lower`, `clipped_high = r > upper`.
@@ -209,6 +220,13 @@ mod tests {
             &v(vanilla_pg_loss(logp, adv).unwrap().loss),
             &[-2.0 * l[0], l[1], -l[2], 2.0 * l[3]],
         );
+    }
+
+    #[test]
+    fn nll_is_minus_logp_whatever_the_advantages() {
+        let (logp, _, _) = case();
+        let l = logp_values();
+        close(&v(nll_loss(logp).loss), &[-l[0], -l[1], -l[2], -l[3]]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use burn::tensor::{Bool, Tensor};
 
 use super::config::policy_loss::PolicyLoss;
-use super::pg_variants::{cispo_loss, kimi15_loss, tis_loss, topr_loss, vanilla_pg_loss};
+use super::pg_variants::{cispo_loss, kimi15_loss, nll_loss, tis_loss, topr_loss, vanilla_pg_loss};
 use super::ppo::ppo_clip_loss;
 use super::ratio::importance_ratio;
 use super::token_loss::TokenLoss;
@@ -76,6 +76,7 @@ impl PolicyLoss {
                 unified_mask,
             ),
             Self::Kimi15 { tau } => kimi15_loss(logp, old_logp, advantages, tau),
+            Self::CrossEntropy {} => Ok(nll_loss(logp)),
         }
     }
 }

@@ -286,6 +286,14 @@ impl Config {
                 }
             }
         }
+        if self.algorithm.objective.is_supervised() {
+            return refuse(
+                "algorithm.objective.policy_loss.kind",
+                "\"cross_entropy\"",
+                "a reinforcement-learning loss: cross-entropy ignores the rewards (it is the \
+                 objective of the `[sft]` warm start)",
+            );
+        }
         let advantage = &self.algorithm.advantage;
         if matches!(advantage, AdvantageEstimator::Gigpo { .. }) {
             if self.pipeline != Pipeline::Agentic {

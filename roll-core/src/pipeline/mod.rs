@@ -4,11 +4,15 @@
 //! [`AlgorithmConfig`](roll_algos::AlgorithmConfig); [`RlvrPipeline`] drives a
 //! [`Scheduler`](crate::Scheduler) and an actor [`Policy`](crate::Policy) through whole steps. The
 //! same pipeline trains on multi-turn trajectories when the scheduler is an environment manager's.
+//! [`SftPipeline`] fine-tunes the same actor on prompt/response pairs (the warm start of an RL
+//! run).
 
 mod batch_builder;
 mod report;
 mod rlvr;
+mod sft;
 
 pub use batch_builder::{BatchInputs, BatchStats, build_train_batch};
 pub use report::StepReport;
 pub use rlvr::{RlvrPipeline, RlvrPipelineConfig};
+pub use sft::{SftConfig, SftExample, SftPipeline, SftPosition, SftStepReport};

@@ -2,7 +2,7 @@
 
 use super::{GroupFilter, RolloutBatch, RolloutStats, Scheduler, sample_seed};
 use crate::policy::Generate;
-use crate::tokenizer::{ChatMessage, Role, Tokenizer};
+use crate::tokenizer::{Tokenizer, encode_prompt};
 use crate::{
     AbortHandle, Error, FinishReason, GenerationRequest, Group, GroupId, Prompt, Result,
     RewardWorker, Sample, SampleId, SamplingParams, WeightVersion,
@@ -170,13 +170,7 @@ impl RlvrScheduler {
     }
 
     fn render(&self, prompt: &Prompt) -> Result<Vec<u32>> {
-        let mut messages = Vec::with_capacity(2);
-        if let Some(system) = &prompt.system {
-            messages.push(ChatMessage::new(Role::System, system.clone()));
-        }
-        messages.push(ChatMessage::new(Role::User, prompt.text.clone()));
-        let text = self.tokenizer.render_chat(&messages, true)?;
-        self.tokenizer.encode(&text)
+        encode_prompt(&*self.tokenizer, prompt.system.as_deref(), &prompt.text)
     }
 
     /// Starts one prompt's group; `false` when the source is exhausted.

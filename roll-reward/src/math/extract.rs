@@ -12,17 +12,20 @@ pub enum AnswerSource {
     Hash,
     /// A sentence "... the answer is x".
     AnswerIs,
+    /// The whole response ([`AnswerFormat::Whole`](crate::math::AnswerFormat::Whole)).
+    Whole,
     /// No answer: none of the above, or a `<think>` block that never closed.
     None,
 }
 
 impl AnswerSource {
-    /// The name reported in details: `boxed`, `hash`, `answer_is` or `none`.
+    /// The name reported in details: `boxed`, `hash`, `answer_is`, `whole` or `none`.
     pub fn name(self) -> &'static str {
         match self {
             AnswerSource::Boxed => "boxed",
             AnswerSource::Hash => "hash",
             AnswerSource::AnswerIs => "answer_is",
+            AnswerSource::Whole => "whole",
             AnswerSource::None => "none",
         }
     }
@@ -73,6 +76,25 @@ pub fn extract_answer(response: &str) -> ExtractedAnswer {
         format_ok: source == AnswerSource::Boxed && !answer.is_empty() && think_ok,
         answer,
         source,
+    }
+}
+
+/// The whole of `response` as the answer: special tokens removed, everything up to the last
+/// `</think>` ignored, whitespace trimmed. An unclosed `<think>` block gives no answer (source
+/// `none`), like [`extract_answer`].
+pub fn whole_answer(response: &str) -> ExtractedAnswer {
+    let text = strip_special_tokens(response);
+    match after_think(&text) {
+        Some(region) if !region.trim().is_empty() => ExtractedAnswer {
+            answer: region.trim().to_owned(),
+            source: AnswerSource::Whole,
+            format_ok: true,
+        },
+        _ => ExtractedAnswer {
+            answer: String::new(),
+            source: AnswerSource::None,
+            format_ok: false,
+        },
     }
 }
 

@@ -14,8 +14,8 @@ mod worker;
 
 pub use equivalence::{MAX_ANSWER_LEN, MAX_ELEMENTS, MAX_POINTS, Rule, Tolerance, equivalent};
 pub use expr::{Expr, Func};
-pub use extract::{AnswerSource, ExtractedAnswer, extract_answer, gold_answer};
+pub use extract::{AnswerSource, ExtractedAnswer, extract_answer, gold_answer, whole_answer};
 pub use normalize::{MAX_NORMALIZE_LEN, normalize};
 pub use rational::{MAX_BITS, Rational};
 pub use value::{Agreement, Value, compare};
-pub use worker::{MathRuleConfig, MathRuleWorker, MathVerdict};
+pub use worker::{AnswerFormat, MathRuleConfig, MathRuleWorker, MathVerdict};

@@ -1,7 +1,7 @@
 //! [`MathRuleWorker`]: 1 if the final answer equals the ground truth, else 0.
 
 use super::equivalence::{MAX_POINTS, Rule, Tolerance, equivalent};
-use super::extract::{AnswerSource, extract_answer, gold_answer};
+use super::extract::{AnswerSource, extract_answer, gold_answer, whole_answer};
 use crate::error::RewardError;
 use crate::text::shorten;
 use async_trait::async_trait;
@@ -19,9 +19,24 @@ pub struct MathRuleConfig {
     /// Sample points (per half: twice this are tried) at which symbolic answers are compared;
     /// 3 to [`MAX_POINTS`]. Default `8`.
     pub symbolic_points: usize,
-    /// Score only answers in a `\boxed{}`; `#### x` and "the answer is x" then score 0.
-    /// Default `false`.
-    pub require_boxed: bool,
+    /// Where the answer is read from. Default [`AnswerFormat::Marked`].
+    pub answer: AnswerFormat,
+}
+
+/// Where [`MathRuleWorker`] reads a response's final answer (option `answer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerFormat {
+    /// The last `\boxed{}`, else a `#### x` line, else "the answer is x" (see
+    /// [`extract_answer`]): free-form reasoning with a marked answer, as in GSM8K and MATH.
+    #[default]
+    Marked,
+    /// Only a `\boxed{}` answer; `#### x` and "the answer is x" score 0.
+    Boxed,
+    /// The whole response is the answer (after any `</think>`, special tokens removed,
+    /// surrounding whitespace trimmed): short-answer tasks such as `Q: 12+35=? A: 47`, where any
+    /// extra text makes the answer wrong rather than being skipped over.
+    Whole,
 }
 
 impl Default for MathRuleConfig {
@@ -29,7 +44,7 @@ impl Default for MathRuleConfig {
         Self {
             relative_tolerance: 1e-6,
             symbolic_points: 8,
-            require_boxed: false,
+            answer: AnswerFormat::Marked,
         }
     }
 }
@@ -85,7 +100,7 @@ pub struct MathVerdict {
 /// symbolic expressions evaluated at random points.
 ///
 /// The reward is 1 or 0 (`value` and `score`); `details` hold `rule` (the matching rule or
-/// `none`), `format` (`true`/`false`), `source` (`boxed`, `hash`, `answer_is`, `none`) and
+/// `none`), `format` (`true`/`false`), `source` (`boxed`, `hash`, `answer_is`, `whole`, `none`) and
 /// `answer`. A prompt without a ground truth is an error.
 ///
 /// ```
@@ -113,12 +128,16 @@ impl MathRuleWorker {
     /// The verdict on `response` against `ground_truth` (synchronous; what
     /// [`score`](RewardWorker::score) calls).
     pub fn verify(&self, response: &str, ground_truth: &str) -> MathVerdict {
-        let extracted = extract_answer(response);
+        let extracted = match self.config.answer {
+            AnswerFormat::Whole => whole_answer(response),
+            AnswerFormat::Marked | AnswerFormat::Boxed => extract_answer(response),
+        };
         let tol = Tolerance {
             relative: self.config.relative_tolerance,
             points: self.config.symbolic_points,
         };
-        let allowed = !self.config.require_boxed || extracted.source == AnswerSource::Boxed;
+        let allowed =
+            self.config.answer != AnswerFormat::Boxed || extracted.source == AnswerSource::Boxed;
         let rule = if allowed && !extracted.answer.is_empty() {
             equivalent(&extracted.answer, gold_answer(ground_truth), &tol)
         } else {
@@ -189,14 +208,41 @@ mod tests {
     }
 
     #[test]
-    fn require_boxed_and_validation() {
+    fn answer_formats_and_validation() {
         let strict = MathRuleWorker::new(MathRuleConfig {
-            require_boxed: true,
+            answer: AnswerFormat::Boxed,
             ..Default::default()
         })
         .unwrap();
         assert!(!strict.verify("#### 5", "5").correct);
         assert!(strict.verify(r"\boxed{5}", "5").correct);
+        let whole = MathRuleWorker::new(MathRuleConfig {
+            answer: AnswerFormat::Whole,
+            ..Default::default()
+        })
+        .unwrap();
+        // (response, truth, correct): the whole answer must equal the truth; extra text, an empty
+        // answer, or an unclosed think block earn nothing.
+        for (response, truth, correct) in [
+            (" 47", "47", true),
+            (" 47<|endoftext|>", "47", true),
+            ("<think>sum</think> 47\n", "47", true),
+            (" -12", "-12", true),
+            (" 12", "-12", false),
+            (" 47 48", "47", false),
+            (" 4", "47", false),
+            ("", "0", false),
+            ("   ", "0", false),
+            ("<think>47", "47", false),
+            ("47 is the answer is 47", "47", false),
+        ] {
+            let v = whole.verify(response, truth);
+            assert_eq!(v.correct, correct, "{response:?} vs {truth}");
+            assert_eq!(
+                v.source == AnswerSource::Whole,
+                !v.answer.is_empty() || correct
+            );
+        }
         let bad = MathRuleConfig {
             symbolic_points: 1,
             ..Default::default()

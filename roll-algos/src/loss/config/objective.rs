@@ -69,6 +69,23 @@ impl Default for ObjectiveConfig {
 }
 
 impl ObjectiveConfig {
+    /// Supervised fine-tuning: token-mean cross-entropy on the trained (response) tokens
+    /// ([`PolicyLoss::CrossEntropy`]), nothing else — what an SFT pipeline gives the trainer.
+    /// With the trainer's global denominators the loss of a micro-batched step is the mean NLL of
+    /// every trained token of the batch, whatever the split.
+    pub fn sft() -> Self {
+        Self {
+            policy_loss: PolicyLoss::CrossEntropy {},
+            loss_aggregation: LossAggregation::TokenMean {},
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is the supervised objective rather than a reinforcement-learning one.
+    pub fn is_supervised(&self) -> bool {
+        matches!(self.policy_loss, PolicyLoss::CrossEntropy {})
+    }
+
     /// Checks every setting; keys are relative to the algorithm section (e.g.
     /// `policy_loss.clip_low`, `kl_loss.coef`).
     pub fn validate(&self) -> Result<()> {

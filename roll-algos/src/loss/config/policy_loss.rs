@@ -118,6 +118,13 @@ pub enum PolicyLoss {
         #[serde(default = "d_kimi_tau")]
         tau: f32,
     },
+    /// Supervised fine-tuning: the negative log-likelihood of each trained token, `L = −logp`
+    /// ([`nll_loss`](crate::loss::pg_variants::nll_loss)). Advantages and old log-probs are not
+    /// read. This is the SFT objective ([`ObjectiveConfig::sft`]) given to the same trainer as the
+    /// RL losses; a reinforcement-learning config refuses it.
+    ///
+    /// [`ObjectiveConfig::sft`]: crate::loss::ObjectiveConfig::sft
+    CrossEntropy {},
 }
 
 impl Default for PolicyLoss {
@@ -185,6 +192,7 @@ impl PolicyLoss {
                 non_negative("policy_loss.clip_high", clip_high)
             }
             Self::Kimi15 { tau } => non_negative("policy_loss.tau", tau),
+            Self::CrossEntropy {} => Ok(()),
         }
     }
 }
