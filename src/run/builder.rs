@@ -92,6 +92,9 @@ impl RunBuilder {
     /// without prompts, an unknown reward or environment kind (named with its key).
     pub fn build(self) -> Result<Run> {
         let plan = RunPlan::from_config(&self.config)?;
+        if let Some((spec, seed)) = &plan.model.new {
+            roll_backend_burn::hf::write_new_model(spec, &plan.model.dir, *seed)?;
+        }
         let device = roll_backend_burn::device(plan.model.device)?;
         let model = load_model(&plan.model.dir, &device)?;
         let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;

@@ -10,7 +10,9 @@ use roll_algos::filter::DynamicFilter;
 use roll_backend_burn::ScoringOptions;
 use roll_backend_burn::engine::EngineConfig;
 use roll_backend_burn::train::TrainerConfig;
-use roll_core::config::{ComponentSpec, Config, DomainConfig, ModelSource, Pipeline, PromptFormat};
+use roll_core::config::{
+    ComponentSpec, Config, DomainConfig, ModelSource, NewModel, Pipeline, PromptFormat,
+};
 use roll_core::pipeline::RlvrPipelineConfig;
 use roll_core::rng::derive_seed;
 use roll_core::scheduler::RlvrSchedulerConfig;
@@ -36,8 +38,12 @@ pub struct RunSettings {
 /// Where the actor comes from and how it reads text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelPlan {
-    /// The HuggingFace directory (`model.source`).
+    /// The HuggingFace directory the actor loads (`model.source.path`, or `base_model/` in the
+    /// run directory for a new model).
     pub dir: PathBuf,
+    /// A new model to write to `dir` first, with the seed of its weights
+    /// (`model.source.kind = "new"`).
+    pub new: Option<(NewModel, u64)>,
     /// The device (`model.device`).
     pub device: DeviceSpec,
     /// `true`: messages are concatenated without a chat template (`model.prompt_format = plain`).
@@ -100,7 +106,13 @@ impl RunPlan {
     /// numbers cannot be used by the environment manager.
     pub fn from_config(config: &Config) -> Result<Self> {
         config.validate()?;
-        let ModelSource::HfDir { path } = &config.model.source;
+        let (dir, new) = match &config.model.source {
+            ModelSource::HfDir { path } => (path.clone(), None),
+            ModelSource::New(spec) => (
+                config.run.output_dir.join("base_model"),
+                Some((spec.clone(), derive_seed(config.run.seed, "init"))),
+            ),
+        };
         let mut algorithm = config.algorithm.clone();
         let filter = algorithm.dynamic_filter.take();
         let rollout = match config.pipeline {
@@ -135,7 +147,8 @@ impl RunPlan {
                 log_every: config.run.log_every,
             },
             model: ModelPlan {
-                dir: path.clone(),
+                dir,
+                new,
                 device: config.model.device,
                 plain_prompts: config.model.prompt_format == PromptFormat::Plain,
             },

@@ -73,6 +73,7 @@ mod load;
 mod model;
 mod rollout;
 mod run;
+mod sft;
 mod suggest;
 mod train;
 
@@ -89,9 +90,10 @@ pub use agentic::AgenticConfig;
 pub use component::ComponentSpec;
 pub use domain::{DomainConfig, DomainMap};
 pub use load::ConfigLoader;
-pub use model::{ModelConfig, ModelSource, PromptFormat};
+pub use model::{ModelConfig, ModelSource, NewModel, PromptFormat};
 pub use rollout::{RolloutConfig, SamplingConfig};
 pub use run::RunConfig;
+pub use sft::SftSection;
 pub use train::{LrSchedule, Optimizer, TrainConfig};
 
 use crate::{Error, Result};
@@ -129,6 +131,14 @@ pub struct Config {
     /// Default unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agentic: Option<AgenticConfig>,
+    /// `[sft]`: a supervised warm start before RL (see [`SftSection`]). Default unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sft: Option<SftSection>,
+    /// `[task]`: settings of the user's own task (dataset sizes, operand ranges, ...), read by
+    /// the program that runs the config through [`Config::task`] into its own type — which
+    /// should deny unknown fields, so that every key here is read. Default unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<serde_json::Value>,
 }
 
 /// Which training pipeline a config drives.
@@ -156,7 +166,28 @@ impl Config {
             algorithm: AlgorithmConfig::default(),
             domains: BTreeMap::new(),
             agentic: None,
+            sft: None,
+            task: None,
         }
+    }
+
+    /// The `[task]` section as the program's own settings type `T`.
+    ///
+    /// # Errors
+    /// [`Error::MissingKey`] without a `[task]` section; [`Error::InvalidValue`] (key `task`)
+    /// when it does not deserialize into `T` — an unknown or missing field, a wrong type — with
+    /// serde's message naming the field.
+    pub fn task<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        let value = self
+            .task
+            .clone()
+            .ok_or_else(|| Error::MissingKey { key: "task".into() })?;
+        serde_json::from_value(value).map_err(|e| Error::InvalidValue {
+            key: "task".into(),
+            value: "the section".into(),
+            allowed: e.to_string(),
+            origin: None,
+        })
     }
 
     /// Loads and validates the config in `path` (TOML or YAML, by extension), without
@@ -195,6 +226,9 @@ impl Config {
         domain::validate_domains(&self.domains)?;
         if let Some(agentic) = &self.agentic {
             agentic.validate()?;
+        }
+        if let Some(sft) = &self.sft {
+            sft.validate()?;
         }
         self.validate_pipeline()
     }

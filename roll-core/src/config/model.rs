@@ -45,6 +45,7 @@ impl ModelConfig {
                 "\"\"",
                 "the path of a HuggingFace model directory",
             ),
+            ModelSource::New(spec) => spec.validate(&c),
         }
     }
 }
@@ -58,6 +59,90 @@ pub enum ModelSource {
         /// The directory.
         path: PathBuf,
     },
+    /// A new, randomly initialised model of the given sizes with a byte-level tokenizer (one
+    /// token per byte plus `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`): no download, no files
+    /// to provide. The run writes it as a HuggingFace directory (`base_model/` in the run
+    /// directory) and continues from there as from `hf_dir`.
+    New(NewModel),
+}
+
+/// The sizes of a model built from scratch (`model.source.kind = "new"`); the vocabulary is the
+/// byte-level tokenizer's (259 tokens). Keys and meanings are those of a HF `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewModel {
+    /// `qwen2` (q/k/v biases) or `qwen3` (q/k norms, no biases).
+    pub model_type: String,
+    /// Width of the residual stream.
+    pub hidden_size: u32,
+    /// Width of each feed-forward layer.
+    pub intermediate_size: u32,
+    /// Decoder layers.
+    pub num_hidden_layers: u32,
+    /// Query heads; must divide `hidden_size`.
+    pub num_attention_heads: u32,
+    /// Key/value heads; must divide `num_attention_heads`.
+    pub num_key_value_heads: u32,
+    /// The longest sequence the model is built for (RoPE needs no table, but generation and
+    /// scoring refuse longer inputs).
+    pub max_position_embeddings: u32,
+    /// RoPE base. Default `10000`.
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    /// Standard deviation of the normal initialisation of every matrix (HF's
+    /// `initializer_range`). Default `0.02`.
+    #[serde(default = "default_init_std")]
+    pub initializer_range: f64,
+}
+
+fn default_rope_theta() -> f64 {
+    10_000.0
+}
+
+fn default_init_std() -> f64 {
+    0.02
+}
+
+impl NewModel {
+    fn validate(&self, c: &Checker) -> Result<()> {
+        c.require(
+            matches!(self.model_type.as_str(), "qwen2" | "qwen3"),
+            "model_type",
+            format!("{:?}", self.model_type),
+            "\"qwen2\" or \"qwen3\"",
+        )?;
+        for (key, v) in [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            c.at_least(key, u64::from(v), 1)?;
+        }
+        c.require(
+            self.hidden_size % self.num_attention_heads == 0
+                && (self.hidden_size / self.num_attention_heads) % 2 == 0,
+            "num_attention_heads",
+            self.num_attention_heads,
+            &format!(
+                "a divisor of hidden_size ({}) leaving an even head width (RoPE rotates pairs)",
+                self.hidden_size
+            ),
+        )?;
+        c.require(
+            self.num_attention_heads % self.num_key_value_heads == 0,
+            "num_key_value_heads",
+            self.num_key_value_heads,
+            &format!(
+                "a divisor of num_attention_heads ({})",
+                self.num_attention_heads
+            ),
+        )?;
+        c.positive("rope_theta", self.rope_theta)?;
+        c.positive("initializer_range", self.initializer_range)
+    }
 }
 
 /// How messages become model input.
@@ -74,6 +159,51 @@ pub enum PromptFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_model_sizes_are_checked_naming_the_key() {
+        let good = NewModel {
+            model_type: "qwen2".into(),
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            max_position_embeddings: 64,
+            rope_theta: 10_000.0,
+            initializer_range: 0.02,
+        };
+        assert!(
+            ModelConfig::new(ModelSource::New(good.clone()))
+                .validate()
+                .is_ok()
+        );
+        let cases: [(fn(&mut NewModel), &str); 5] = [
+            (|m| m.model_type = "gpt2".into(), "model.source.model_type"),
+            (
+                |m| m.num_hidden_layers = 0,
+                "model.source.num_hidden_layers",
+            ),
+            (
+                |m| m.num_attention_heads = 3,
+                "model.source.num_attention_heads",
+            ),
+            (
+                |m| m.num_key_value_heads = 3,
+                "model.source.num_key_value_heads",
+            ),
+            (|m| m.rope_theta = 0.0, "model.source.rope_theta"),
+        ];
+        for (break_it, key) in cases {
+            let mut m = good.clone();
+            break_it(&mut m);
+            let err = ModelConfig::new(ModelSource::New(m))
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+    }
 
     #[test]
     fn empty_model_path_is_rejected() {

@@ -9,8 +9,8 @@ use crate::Result;
 
 /// `[run]`: name, seed, length, outputs and logging cadence of a run.
 ///
-/// (Checkpoint cadence, resume and periodic evaluation are not keys yet: a key exists only when
-/// the code that runs reads it.)
+/// (Checkpoint cadence and resume are not keys yet: a key exists only when the code that runs
+/// reads it.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
@@ -30,6 +30,10 @@ pub struct RunConfig {
     /// Print a report line every this many steps, in steps (>= 1; metrics are recorded every
     /// step). Default `1`. ROLL: `logging_steps`.
     pub log_every: u64,
+    /// Evaluate the held-out prompts (greedy) every this many RL steps, besides before the
+    /// first and after the last; `0`: only those two. Needs held-out prompts (the run builder's
+    /// `eval_prompts`). Default `0`. ROLL: `eval_steps`.
+    pub eval_every: u64,
 }
 
 impl Default for RunConfig {
@@ -40,6 +44,7 @@ impl Default for RunConfig {
             max_steps: 500,
             output_dir: PathBuf::from("./output"),
             log_every: 1,
+            eval_every: 0,
         }
     }
 }

@@ -96,7 +96,12 @@ impl Default for LrSchedule {
 
 impl LrSchedule {
     fn validate(&self) -> Result<()> {
-        let c = Checker::new("train.lr_schedule");
+        self.validate_at("train.lr_schedule")
+    }
+
+    /// Checks the settings, naming keys under `prefix`.
+    pub(crate) fn validate_at(&self, prefix: &str) -> Result<()> {
+        let c = Checker::new(prefix);
         match *self {
             Self::Constant {} => Ok(()),
             Self::Cosine { min_lr_ratio } => c.require(

@@ -8,11 +8,13 @@
 //! run).
 
 mod batch_builder;
+mod eval;
 mod report;
 mod rlvr;
 mod sft;
 
 pub use batch_builder::{BatchInputs, BatchStats, build_train_batch};
+pub use eval::{EvalOutcome, EvalReport, evaluate};
 pub use report::StepReport;
 pub use rlvr::{RlvrPipeline, RlvrPipelineConfig};
 pub use sft::{SftConfig, SftExample, SftPipeline, SftPosition, SftStepReport};
