@@ -31,7 +31,7 @@ pub use roll_reward as reward;
 /// The names most programs need: the traits to implement, the data they see, a config and the
 /// run that trains from it, the Burn roles and the pipeline parts for composing one by hand.
 pub mod prelude {
-    pub use crate::run::{Run, RunBuilder, RunPlan};
+    pub use crate::run::{Run, RunBuilder, RunPlan, RunSummary};
     pub use roll_algos::AlgorithmConfig;
     pub use roll_algos::filter::DynamicFilter;
     pub use roll_backend_burn::engine::EngineConfig;
@@ -41,7 +41,9 @@ pub mod prelude {
         PolicyOptions, load_model,
     };
     pub use roll_core::config::Config;
-    pub use roll_core::pipeline::{RlvrPipeline, RlvrPipelineConfig, StepReport};
+    pub use roll_core::pipeline::{
+        RlvrPipeline, RlvrPipelineConfig, SftConfig, SftExample, SftPipeline, StepReport,
+    };
     pub use roll_core::scheduler::{
         GroupFilter, RlvrScheduler, RlvrSchedulerConfig, RolloutBatch, Scheduler,
     };

@@ -72,7 +72,7 @@ async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() 
         .prompts(sums())
         .build()
         .expect("build");
-    let reports = run.train().await.expect("train");
+    let reports = run.train().await.expect("train").rl;
     assert_eq!(reports.len(), 2);
     assert_eq!(run.actor().weight_version(), WeightVersion(2));
     for r in &reports {
@@ -86,7 +86,9 @@ async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() 
     assert_eq!(lines.lines().count(), 2);
     let first: serde_json::Value =
         serde_json::from_str(lines.lines().next().unwrap_or("")).expect("json");
-    assert_eq!(first["step"], 0);
+    assert_eq!((&first["stage"], &first["step"]), (&"rl".into(), &0.into()));
+    assert!(out.join("final_model/config.json").exists());
+    assert!(out.join("summary.md").exists());
     let resolved = Config::from_file(out.join("config.toml")).expect("the resolved config loads");
     assert_eq!(resolved, config);
     // The trained policy exports beside the source's files and loads back as what it generates.
@@ -230,7 +232,7 @@ async fn agentic_trains_a_burn_policy_on_a_users_environment() {
         .env("guess", || Guess { target: 0 })
         .build()
         .expect("build");
-    let reports = run.train().await.expect("train");
+    let reports = run.train().await.expect("train").rl;
     assert_eq!(reports[0].groups, 2);
     assert_eq!(reports[0].samples, 4);
     assert!(reports[0].trained_tokens > 0);

@@ -1,30 +1,30 @@
-//! [`RunBuilder`] → [`Run`]: a config (plus the user's own prompts, rewards and environments)
-//! becomes a pipeline with a real actor, and the run loop that trains it.
+//! [`RunBuilder`]: a config (plus the user's own prompts, rewards, environments and SFT data)
+//! becomes a [`Run`] with a real actor.
 
 use super::plan::{RolloutPlan, RunPlan};
+use super::runner::{BuildRl, Evaluation, Run, SftStage};
+use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{
-    BurnPolicy, BurnReference, ChatTemplate, HfTokenizer, PolicyOptions, load_model,
+    BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, PolicyOptions,
 };
-use roll_core::config::Config;
-use roll_core::pipeline::{RlvrPipeline, StepReport};
+use roll_core::config::{Config, DomainMap};
+use roll_core::pipeline::{RlvrPipeline, SftExample, SftPipeline};
 use roll_core::policy::{Generate, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
 use roll_core::strategy::SingleDevice;
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
 use roll_reward::router::{PromptMixer, RewardRegistry, RewardRouter};
-use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Builds the scheduler around the actor's generating side (see [`RlvrPipeline::new`]).
-type BuildScheduler = Box<dyn FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>>>;
+type BuildScheduler = Box<dyn FnOnce(Arc<dyn Generate>) -> Result<Box<dyn Scheduler>> + Send>;
 
 /// Assembles a [`Run`] from a [`Config`]: the actor is the model of `model.source` as a
 /// [`BurnPolicy`] (plus a [`BurnReference`] when the algorithm needs one), the rollout side is
 /// what `pipeline` says. Your own parts join by name: an environment kind for
-/// `agentic.env.kind`, a reward kind for `domains.<name>.reward.kind`, and the prompts of an RLVR
-/// run.
+/// `agentic.env.kind`, a reward kind for `domains.<name>.reward.kind`; your data joins by
+/// method: the prompts of an RLVR run, the pairs of an `[sft]` warm start, held-out prompts.
 ///
 /// ```no_run
 /// # async fn demo() -> roll_core::Result<()> {
@@ -40,6 +40,9 @@ pub struct RunBuilder {
     envs: EnvRegistry,
     rewards: RewardRegistry,
     dataset: Option<Vec<Prompt>>,
+    sft: Option<Vec<SftExample>>,
+    sft_eval: Vec<SftExample>,
+    eval: Vec<Prompt>,
 }
 
 impl RunBuilder {
@@ -50,6 +53,9 @@ impl RunBuilder {
             envs: EnvRegistry::with_builtins(),
             rewards: RewardRegistry::with_builtins(),
             dataset: None,
+            sft: None,
+            sft_eval: Vec::new(),
+            eval: Vec::new(),
         }
     }
 
@@ -60,6 +66,30 @@ impl RunBuilder {
     #[must_use]
     pub fn prompts(mut self, dataset: impl IntoIterator<Item = Prompt>) -> Self {
         self.dataset = Some(dataset.into_iter().collect());
+        self
+    }
+
+    /// The prompt/response pairs of the `[sft]` warm start (e.g.
+    /// [`SftExample::read_jsonl`]), in the order a curriculum wants them when `sft.shuffle` is
+    /// off; `held_out` pairs give the SFT stage's evaluation loss.
+    #[must_use]
+    pub fn sft_examples(
+        mut self,
+        examples: impl IntoIterator<Item = SftExample>,
+        held_out: impl IntoIterator<Item = SftExample>,
+    ) -> Self {
+        self.sft = Some(examples.into_iter().collect());
+        self.sft_eval = held_out.into_iter().collect();
+        self
+    }
+
+    /// Held-out prompts (with ground truths), answered greedily and scored by the domains' reward
+    /// workers before RL, every `run.eval_every` steps and after RL. They are also written to
+    /// `eval_prompts.jsonl` in the run directory, so any framework can evaluate the exported
+    /// models on exactly these prompts.
+    #[must_use]
+    pub fn eval_prompts(mut self, prompts: impl IntoIterator<Item = Prompt>) -> Self {
+        self.eval = prompts.into_iter().collect();
         self
     }
 
@@ -85,18 +115,23 @@ impl RunBuilder {
         self
     }
 
-    /// Loads the model and tokenizer, starts the actor and builds the pipeline.
+    /// Writes the model of a `new` source, loads the model and tokenizer, and builds the stages:
+    /// the SFT pipeline (with `[sft]`) and the RL pipeline (at once without `[sft]`, else when
+    /// SFT ends, from the fine-tuned weights).
     ///
     /// # Errors
     /// A config that does not validate, a model directory that does not load, an RLVR run
-    /// without prompts, an unknown reward or environment kind (named with its key).
+    /// without prompts, an unknown reward or environment kind (named with its key), `[sft]`
+    /// without SFT examples or SFT examples without `[sft]`, `run.eval_every` without held-out
+    /// prompts, held-out prompts in an agentic run.
     pub fn build(self) -> Result<Run> {
         let plan = RunPlan::from_config(&self.config)?;
         if let Some((spec, seed)) = &plan.model.new {
             roll_backend_burn::hf::write_new_model(spec, &plan.model.dir, *seed)?;
         }
         let device = roll_backend_burn::device(plan.model.device)?;
-        let model = load_model(&plan.model.dir, &device)?;
+        let source = HfSource::open(&plan.model.dir)?;
+        let model = source.load_model(&device)?;
         let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;
         if plan.model.plain_prompts {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
@@ -108,41 +143,120 @@ impl RunBuilder {
             scoring: plan.scoring,
             ..PolicyOptions::default()
         };
-        let reference: Option<Arc<dyn Score>> = if plan.algorithm.uses_reference() {
-            Some(Arc::new(BurnReference::new(
-                model.clone(),
-                options.clone(),
-            )?))
-        } else {
-            None
+        let (rl, eval) = self.rl_stage(&plan, tokenizer.clone(), options.clone())?;
+        let sft = match (&plan.sft, self.sft) {
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(Error::invalid_data(
+                    "run",
+                    "the config has an `[sft]` section but no SFT examples were given: call \
+                     RunBuilder::sft_examples",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid_data(
+                    "run",
+                    "SFT examples were given but the config has no `[sft]` section to train \
+                     them with",
+                ));
+            }
+            (Some(sft), Some(examples)) => {
+                let steps = examples.len().div_ceil(sft.pipeline.batch_size) as u64
+                    * u64::from(sft.pipeline.epochs);
+                let mut trainer = sft.trainer.clone();
+                trainer.total_steps = Some(steps);
+                let policy = Arc::new(BurnPolicy::new(
+                    model.clone(),
+                    tokenizer.clone(),
+                    trainer,
+                    options,
+                )?);
+                let pipeline = SftPipeline::new(
+                    policy.clone(),
+                    tokenizer.clone(),
+                    examples,
+                    sft.pipeline.clone(),
+                )?
+                .with_eval(self.sft_eval)?;
+                Some(SftStage {
+                    pipeline,
+                    policy,
+                    eval_every: sft.eval_every,
+                })
+            }
         };
-        let actor = Arc::new(BurnPolicy::new(
-            model,
-            tokenizer.clone(),
-            plan.trainer.clone(),
-            options,
-        )?);
-        let config = self.config.clone();
-        let scheduler = self.scheduler(&plan, tokenizer)?;
-        let mut pipeline = RlvrPipeline::new(
-            actor.clone(),
-            scheduler,
-            plan.algorithm.clone(),
-            plan.pipeline.clone(),
-        )?;
-        if let Some(reference) = reference {
-            pipeline = pipeline.with_reference(reference);
-        }
-        Run::start(plan, config, pipeline, actor)
+        let eval = if self.eval.is_empty() {
+            if plan.run.eval_every > 0 {
+                return Err(Error::invalid_data(
+                    "run",
+                    "`run.eval_every` is set but no held-out prompts were given: call \
+                     RunBuilder::eval_prompts",
+                ));
+            }
+            None
+        } else {
+            let (RolloutPlan::Rlvr { domains, .. }, Some(reward)) = (&plan.rollout, eval) else {
+                return Err(Error::invalid_data(
+                    "run",
+                    "held-out prompts are scored by the `[domains]` reward workers, which an \
+                     agentic run does not have",
+                ));
+            };
+            let map = DomainMap::from_config(domains)?;
+            let mut prompts = self.eval;
+            for p in &mut prompts {
+                map.resolve_prompt(p)?;
+            }
+            Some(Evaluation { prompts, reward })
+        };
+        let config = self.config;
+        Run::start(plan, &config, source, tokenizer, model, sft, rl, eval)
     }
 
-    /// The scheduler the plan describes, as the pipeline's factory: it receives the actor's
-    /// generating side.
-    fn scheduler(self, plan: &RunPlan, tokenizer: Arc<dyn Tokenizer>) -> Result<BuildScheduler> {
+    /// The RL stage as a function of the weights it starts from, and the reward that scores
+    /// held-out prompts (RLVR only).
+    fn rl_stage(
+        &self,
+        plan: &RunPlan,
+        tokenizer: Arc<dyn Tokenizer>,
+        options: PolicyOptions,
+    ) -> Result<(BuildRl, Option<Arc<dyn RewardWorker>>)> {
+        let (scheduler, reward) = self.scheduler(plan, tokenizer.clone())?;
+        let (trainer, algorithm, pipeline) = (
+            plan.trainer.clone(),
+            plan.algorithm.clone(),
+            plan.pipeline.clone(),
+        );
+        let build: BuildRl = Box::new(move |model: CausalLm| {
+            let reference: Option<Arc<dyn Score>> = if algorithm.uses_reference() {
+                Some(Arc::new(BurnReference::new(
+                    model.clone(),
+                    options.clone(),
+                )?))
+            } else {
+                None
+            };
+            let actor = Arc::new(BurnPolicy::new(model, tokenizer, trainer, options)?);
+            let mut rl = RlvrPipeline::new(actor.clone(), scheduler, algorithm, pipeline)?;
+            if let Some(reference) = reference {
+                rl = rl.with_reference(reference);
+            }
+            Ok((rl, actor))
+        });
+        Ok((build, reward))
+    }
+
+    /// The scheduler the plan describes, as the pipeline's factory (it receives the actor's
+    /// generating side), and the reward router of an RLVR run.
+    fn scheduler(
+        &self,
+        plan: &RunPlan,
+        tokenizer: Arc<dyn Tokenizer>,
+    ) -> Result<(BuildScheduler, Option<Arc<dyn RewardWorker>>)> {
         let filter = plan.filter;
-        let built: BuildScheduler = match &plan.rollout {
+        Ok(match &plan.rollout {
             RolloutPlan::Rlvr { scheduler, domains } => {
-                let dataset = self.dataset.ok_or_else(|| {
+                let dataset = self.dataset.clone().ok_or_else(|| {
                     Error::invalid_data(
                         "run",
                         "an RLVR run needs prompts: call RunBuilder::prompts",
@@ -152,13 +266,15 @@ impl RunBuilder {
                 let prompts =
                     PromptMixer::from_config(domains, dataset, scheduler.prompts_per_step)?;
                 let config = scheduler.clone();
-                Box::new(move |actor| {
+                let reward: Arc<dyn RewardWorker> = router.clone();
+                let build: BuildScheduler = Box::new(move |actor| {
                     let mut s = RlvrScheduler::new(config, actor, tokenizer, router, prompts)?;
                     if let Some(f) = filter {
                         s = s.with_filter(f);
                     }
                     Ok(Box::new(s) as Box<dyn Scheduler>)
-                })
+                });
+                (build, Some(reward))
             }
             RolloutPlan::Agentic {
                 manager,
@@ -167,17 +283,17 @@ impl RunBuilder {
             } => {
                 let factory = self.envs.factory(env)?;
                 let (manager, num_groups) = (manager.clone(), *num_groups);
-                Box::new(move |actor| {
+                let build: BuildScheduler = Box::new(move |actor| {
                     let manager = EnvManager::new(manager, factory, actor, tokenizer)?;
                     let mut s = AgenticScheduler::new(manager, num_groups)?;
                     if let Some(f) = filter {
                         s = s.with_filter(f);
                     }
                     Ok(Box::new(s) as Box<dyn Scheduler>)
-                })
+                });
+                (build, None)
             }
-        };
-        Ok(built)
+        })
     }
 }
 
@@ -193,108 +309,5 @@ struct Shared(Arc<dyn RewardWorker>);
 impl RewardWorker for Shared {
     async fn score(&self, sample: &roll_core::Sample) -> Result<roll_core::Reward> {
         self.0.score(sample).await
-    }
-}
-
-/// A training run: the pipeline, its actor, and the run directory it writes.
-pub struct Run {
-    plan: RunPlan,
-    pipeline: RlvrPipeline,
-    actor: Arc<BurnPolicy>,
-    metrics: std::fs::File,
-}
-
-impl Run {
-    fn start(
-        plan: RunPlan,
-        config: Config,
-        pipeline: RlvrPipeline,
-        actor: Arc<BurnPolicy>,
-    ) -> Result<Self> {
-        let dir = &plan.run.output_dir;
-        let io = |action, path: PathBuf| {
-            move |source| Error::Io {
-                action,
-                path,
-                source,
-            }
-        };
-        std::fs::create_dir_all(dir).map_err(io("cannot create the run directory", dir.clone()))?;
-        let resolved = dir.join("config.toml");
-        std::fs::write(&resolved, config.to_toml()?)
-            .map_err(io("cannot write the resolved config", resolved.clone()))?;
-        let path = dir.join("metrics.jsonl");
-        let metrics = std::fs::File::create(&path)
-            .map_err(io("cannot create the metrics file", path.clone()))?;
-        Ok(Self {
-            plan,
-            pipeline,
-            actor,
-            metrics,
-        })
-    }
-
-    /// The settings every component was built from.
-    pub fn plan(&self) -> &RunPlan {
-        &self.plan
-    }
-
-    /// The actor.
-    pub fn actor(&self) -> &BurnPolicy {
-        &self.actor
-    }
-
-    /// Exports the actor's current weights as a HuggingFace directory, beside the files of the
-    /// directory the model came from (config with every key, tokenizer, generation config).
-    ///
-    /// # Errors
-    /// If the source directory cannot be read again or the export cannot be written.
-    pub fn export(&self, out_dir: impl AsRef<std::path::Path>) -> Result<()> {
-        let source = roll_backend_burn::hf::HfSource::open(&self.plan.model.dir)?;
-        let options = roll_backend_burn::SaveOptions::default();
-        Ok(self.actor.export(&source, out_dir, &options)?)
-    }
-
-    /// Runs one step and appends its metrics to `metrics.jsonl`.
-    ///
-    /// # Errors
-    /// As [`RlvrPipeline::step`], or if the metrics cannot be written.
-    pub async fn step(&mut self) -> Result<StepReport> {
-        let report = self.pipeline.step().await?;
-        let mut line = serde_json::Map::new();
-        line.insert("step".into(), report.step.into());
-        line.insert("weight_version".into(), report.weight_version.0.into());
-        line.insert("reward_mean".into(), f64::from(report.reward_mean).into());
-        line.insert("rollout_s".into(), report.rollout_time.as_secs_f64().into());
-        line.insert("train_s".into(), report.train_time.as_secs_f64().into());
-        for (k, v) in &report.metrics {
-            line.insert(k.clone(), (*v).into());
-        }
-        let path = self.plan.run.output_dir.join("metrics.jsonl");
-        writeln!(self.metrics, "{}", serde_json::Value::Object(line)).map_err(|source| {
-            Error::Io {
-                action: "cannot append to the metrics file",
-                path,
-                source,
-            }
-        })?;
-        Ok(report)
-    }
-
-    /// Runs the remaining steps up to `run.max_steps`, printing a report line every
-    /// `run.log_every` steps; returns every step's report.
-    ///
-    /// # Errors
-    /// As [`Run::step`].
-    pub async fn train(&mut self) -> Result<Vec<StepReport>> {
-        let mut reports = Vec::new();
-        while self.pipeline.steps_taken() < self.plan.run.max_steps {
-            let report = self.step().await?;
-            if (report.step + 1) % self.plan.run.log_every == 0 {
-                println!("[{}] {report}", self.plan.run.name);
-            }
-            reports.push(report);
-        }
-        Ok(reports)
     }
 }

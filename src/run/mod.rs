@@ -1,9 +1,14 @@
 //! A run from a config: [`RunPlan`] reads the config once into every component's settings,
-//! [`RunBuilder`] builds the components (loading the model, starting the actor) and [`Run`]
-//! trains, writing the run directory.
+//! [`RunBuilder`] builds the components (writing a new model, loading the model, starting the
+//! actor) and [`Run`] runs the stages — supervised warm start, held-out evaluation, RL, export —
+//! writing the run directory; [`RunSummary`] is what it did.
 
 mod builder;
 mod plan;
+mod runner;
+mod summary;
 
-pub use builder::{Run, RunBuilder};
-pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings};
+pub use builder::RunBuilder;
+pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
+pub use runner::Run;
+pub use summary::{EvalPoint, RunSummary, SftSummary};

@@ -13,7 +13,7 @@ use roll_backend_burn::train::TrainerConfig;
 use roll_core::config::{
     ComponentSpec, Config, DomainConfig, ModelSource, NewModel, Pipeline, PromptFormat,
 };
-use roll_core::pipeline::RlvrPipelineConfig;
+use roll_core::pipeline::{RlvrPipelineConfig, SftConfig};
 use roll_core::rng::derive_seed;
 use roll_core::scheduler::RlvrSchedulerConfig;
 use roll_core::strategy::DeviceSpec;
@@ -33,6 +33,25 @@ pub struct RunSettings {
     pub output_dir: PathBuf,
     /// A report line every this many steps (`run.log_every`).
     pub log_every: u64,
+    /// Held-out evaluation every this many RL steps; 0: before and after RL only
+    /// (`run.eval_every`).
+    pub eval_every: u64,
+    /// The longest greedy answer of an evaluation (`rollout.max_new_tokens`).
+    pub eval_max_new_tokens: u32,
+}
+
+/// The supervised warm start (`[sft]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftPlan {
+    /// The SFT pipeline's settings (`sft.epochs`, `sft.batch_size`, `sft.shuffle`, the derived
+    /// seed).
+    pub pipeline: SftConfig,
+    /// The SFT stage's trainer: `[train]`'s optimiser and clip with `sft.learning_rate`,
+    /// `sft.warmup_steps` and `sft.lr_schedule`, one pass per batch. Its `total_steps` is set
+    /// when the dataset's size is known.
+    pub trainer: TrainerConfig,
+    /// Held-out loss every this many steps; 0: at the end only (`sft.eval_every`).
+    pub eval_every: u64,
 }
 
 /// Where the actor comes from and how it reads text.
@@ -96,6 +115,8 @@ pub struct RunPlan {
     pub scoring: ScoringOptions,
     /// The rollout side.
     pub rollout: RolloutPlan,
+    /// The supervised warm start, if any.
+    pub sft: Option<SftPlan>,
 }
 
 impl RunPlan {
@@ -145,6 +166,8 @@ impl RunPlan {
                 max_steps: config.run.max_steps,
                 output_dir: config.run.output_dir.clone(),
                 log_every: config.run.log_every,
+                eval_every: config.run.eval_every,
+                eval_max_new_tokens: config.rollout.max_new_tokens,
             },
             model: ModelPlan {
                 dir,
@@ -162,6 +185,25 @@ impl RunPlan {
                 ..ScoringOptions::default()
             },
             rollout,
+            sft: config.sft.as_ref().map(|sft| {
+                let mut trainer = TrainerConfig::from_config(config);
+                trainer.lr = sft.learning_rate;
+                trainer.warmup_steps = sft.warmup_steps;
+                trainer.schedule = sft.lr_schedule;
+                trainer.epochs = 1;
+                trainer.total_steps = None;
+                trainer.seed = derive_seed(config.run.seed, "sft trainer");
+                SftPlan {
+                    pipeline: SftConfig {
+                        batch_size: sft.batch_size as usize,
+                        epochs: sft.epochs,
+                        shuffle: sft.shuffle,
+                        seed: derive_seed(config.run.seed, "sft data"),
+                    },
+                    trainer,
+                    eval_every: sft.eval_every,
+                }
+            }),
         })
     }
 }

@@ -122,8 +122,8 @@ impl NewModel {
             c.at_least(key, u64::from(v), 1)?;
         }
         c.require(
-            self.hidden_size % self.num_attention_heads == 0
-                && (self.hidden_size / self.num_attention_heads) % 2 == 0,
+            self.hidden_size.is_multiple_of(self.num_attention_heads)
+                && (self.hidden_size / self.num_attention_heads).is_multiple_of(2),
             "num_attention_heads",
             self.num_attention_heads,
             &format!(
@@ -132,7 +132,8 @@ impl NewModel {
             ),
         )?;
         c.require(
-            self.num_attention_heads % self.num_key_value_heads == 0,
+            self.num_attention_heads
+                .is_multiple_of(self.num_key_value_heads),
             "num_key_value_heads",
             self.num_key_value_heads,
             &format!(
@@ -178,7 +179,8 @@ mod tests {
                 .validate()
                 .is_ok()
         );
-        let cases: [(fn(&mut NewModel), &str); 5] = [
+        type Break = fn(&mut NewModel);
+        let cases: [(Break, &str); 5] = [
             (|m| m.model_type = "gpt2".into(), "model.source.model_type"),
             (
                 |m| m.num_hidden_layers = 0,

@@ -238,6 +238,18 @@ impl RlvrPipeline {
         add("rollout/groups_stale", stats.groups_stale as f64);
         add("rollout/samples_failed", stats.samples_failed as f64);
         add("rollout/samples_aborted", stats.samples_aborted as f64);
+        add("rollout/prompts_requeued", stats.prompts_requeued as f64);
+        // Generation spent per sample trained on: kept samples plus those discarded after
+        // generating (aborted at batch close, or finished in an incomplete group). Groups the
+        // dynamic filter drops are the algorithm's choice, counted apart.
+        add(
+            "rollout/generated_per_kept",
+            (f64::from(n) + stats.samples_wasted as f64) / f64::from(n),
+        );
+        add(
+            "rollout/filtered_per_kept",
+            stats.samples_filtered as f64 / f64::from(n),
+        );
         add("rollout/max_staleness", stats.max_staleness as f64);
         add(
             "rollout/mean_staleness",

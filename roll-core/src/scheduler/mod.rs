@@ -26,10 +26,17 @@ pub struct RolloutStats {
     /// Samples aborted or discarded because the batch was full (synchronous mode), including
     /// finished samples of groups that could not complete.
     pub samples_aborted: u64,
+    /// Samples discarded after generating at least one token: aborted mid-generation, or
+    /// finished in a group that could not be used. The wasted part of `samples_aborted`.
+    pub samples_wasted: u64,
+    /// Prompts whose groups were aborted when the batch closed and that start again next step.
+    pub prompts_requeued: u64,
     /// Samples dropped because their reward worker (or environment) failed.
     pub samples_failed: u64,
     /// Groups dropped by the dynamic filter (no learning signal).
     pub groups_filtered: u64,
+    /// Samples of those groups.
+    pub samples_filtered: u64,
     /// Groups dropped because their data was older than the staleness bound allows.
     pub groups_stale: u64,
     /// Largest staleness (in weight versions) among the returned samples.

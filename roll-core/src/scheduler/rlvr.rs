@@ -73,7 +73,8 @@ impl RlvrSchedulerConfig {
 
 enum Outcome {
     Done(Box<Sample>),
-    Aborted,
+    /// Aborted after generating this many tokens.
+    Aborted(usize),
     Failed(Error),
 }
 
@@ -99,6 +100,9 @@ pub struct RlvrScheduler {
     tokenizer: Arc<dyn Tokenizer>,
     reward: Arc<dyn RewardWorker>,
     prompts: Box<dyn Iterator<Item = Prompt> + Send>,
+    /// Prompts whose groups were aborted when a synchronous batch closed: started again, before
+    /// any new prompt, so no prompt of the dataset is skipped.
+    requeued: VecDeque<Arc<Prompt>>,
     filter: Option<Box<dyn GroupFilter>>,
     tasks: JoinSet<(GroupId, Outcome)>,
     task_groups: HashMap<tokio::task::Id, GroupId>,
@@ -142,6 +146,7 @@ impl RlvrScheduler {
             tokenizer,
             reward,
             prompts: Box::new(prompts),
+            requeued: VecDeque::new(),
             filter: None,
             tasks: JoinSet::new(),
             task_groups: HashMap::new(),
@@ -175,10 +180,13 @@ impl RlvrScheduler {
 
     /// Starts one prompt's group; `false` when the source is exhausted.
     fn start_prompt(&mut self, stats: &mut RolloutStats) -> bool {
-        let Some(prompt) = self.prompts.next() else {
-            return false;
+        let prompt = match self.requeued.pop_front() {
+            Some(p) => p,
+            None => match self.prompts.next() {
+                Some(p) => Arc::new(p),
+                None => return false,
+            },
         };
-        let prompt = Arc::new(prompt);
         let group = GroupId(self.next_group);
         self.next_group += 1;
         stats.prompts_started += 1;
@@ -240,8 +248,11 @@ impl RlvrScheduler {
                 self.consecutive_failures = 0;
                 open.done.push(*sample);
             }
-            Outcome::Aborted => {
+            Outcome::Aborted(tokens) => {
                 stats.samples_aborted += 1;
+                if tokens > 0 {
+                    stats.samples_wasted += 1;
+                }
                 open.aborted += 1;
             }
             Outcome::Failed(e) => {
@@ -266,11 +277,16 @@ impl RlvrScheduler {
                     Some(f) => f.keep(&g),
                     None => Ok(true),
                 };
+                let len = g.len() as u64;
                 match keep {
                     Ok(true) => self.ready.push_back(g),
-                    Ok(false) => stats.groups_filtered += 1,
+                    Ok(false) => {
+                        stats.groups_filtered += 1;
+                        stats.samples_filtered += len;
+                    }
                     Err(e) => {
                         stats.groups_filtered += 1;
+                        stats.samples_filtered += len;
                         self.last_error = Some(e);
                     }
                 }
@@ -299,7 +315,8 @@ impl RlvrScheduler {
         }
     }
 
-    /// Aborts every request in flight and waits for them to finish.
+    /// Aborts every request in flight, waits for them to finish, and re-queues the prompts of
+    /// the groups that could not complete (they start again next step, on the new weights).
     async fn abort_all(&mut self, stats: &mut RolloutStats) {
         for open in self.open.values() {
             for h in &open.handles {
@@ -309,9 +326,14 @@ impl RlvrScheduler {
         while !self.tasks.is_empty() {
             self.wait_one(stats).await;
         }
-        // Groups whose finished samples were waiting for aborted siblings are incomplete: drop.
+        // Groups whose finished samples were waiting for aborted siblings are incomplete: drop
+        // the samples, keep the prompt. A group that completed while the others were aborting is
+        // in `ready` and is handled with it.
         for (_, open) in std::mem::take(&mut self.open) {
             stats.samples_aborted += open.done.len() as u64;
+            stats.samples_wasted += open.done.len() as u64;
+            stats.prompts_requeued += 1;
+            self.requeued.push_back(open.prompt);
         }
     }
 }
@@ -330,7 +352,7 @@ async fn run_sample(
         Err(e) => return Outcome::Failed(e),
     };
     if generation.finish_reason == FinishReason::Abort {
-        return Outcome::Aborted;
+        return Outcome::Aborted(generation.token_ids.len());
     }
     let mut sample = Sample::new(id, group, prompt, prompt_ids);
     if let Err(e) = sample.push_turn(
@@ -416,8 +438,13 @@ impl Scheduler for RlvrScheduler {
         if self.config.max_staleness == 0 {
             self.abort_all(&mut stats).await;
             // Groups that finished beyond the batch are off-policy after this step's update:
-            // synchronous training discards them like the aborted ones.
-            stats.samples_aborted += self.ready.drain(..).map(|g| g.len() as u64).sum::<u64>();
+            // synchronous training discards their samples and asks their prompts again.
+            for g in std::mem::take(&mut self.ready) {
+                stats.samples_aborted += g.len() as u64;
+                stats.samples_wasted += g.len() as u64;
+                stats.prompts_requeued += 1;
+                self.requeued.push_back(g.prompt().clone());
+            }
         }
         stats.record_staleness(&groups, current);
         Ok(RolloutBatch { groups, stats })

@@ -306,6 +306,7 @@ impl EnvManager {
                     continue;
                 }
                 stats.groups_filtered += 1;
+                stats.samples_filtered += group.len() as u64;
                 if stats.groups_filtered > allowed {
                     self.book.abort_all();
                     self.book.take_ready();
@@ -362,6 +363,9 @@ impl EnvManager {
                 let restart = match outcome {
                     Outcome::Finished(t) if t.finish_reason == roll_core::FinishReason::Abort => {
                         stats.samples_aborted += 1;
+                        if !t.response().is_empty() {
+                            stats.samples_wasted += 1;
+                        }
                         self.totals.episodes_aborted += 1;
                         self.book.lost(job, false);
                         false
@@ -369,7 +373,10 @@ impl EnvManager {
                     Outcome::Finished(t) => {
                         self.totals.episodes_finished += 1;
                         match self.book.finished(job, *t).map_err(EnvError::Episode)? {
-                            Landed::Late => stats.samples_aborted += 1,
+                            Landed::Late => {
+                                stats.samples_aborted += 1;
+                                stats.samples_wasted += 1;
+                            }
                             Landed::Counted | Landed::Completed => {
                                 stats.samples_finished += 1;
                                 self.consecutive_failures = 0;

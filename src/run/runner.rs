@@ -1,0 +1,420 @@
+//! [`Run`]: the stages of a training run — supervised warm start, held-out evaluation, RL,
+//! export — and the run directory they write.
+
+use super::plan::RunPlan;
+use super::summary::{EvalPoint, RunSummary, SftSummary};
+use indicatif::{ProgressBar, ProgressStyle};
+use roll_backend_burn::hf::HfSource;
+use roll_backend_burn::{BurnPolicy, CausalLm, SaveOptions};
+use roll_core::config::Config;
+use roll_core::pipeline::{EvalReport, RlvrPipeline, SftPipeline, StepReport, evaluate};
+use roll_core::policy::Generate;
+use roll_core::{Error, Prompt, Result, RewardWorker, Tokenizer};
+use serde_json::{Map, Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Builds the RL pipeline and its actor from the weights RL starts with.
+pub(crate) type BuildRl =
+    Box<dyn FnOnce(CausalLm) -> Result<(RlvrPipeline, Arc<BurnPolicy>)> + Send>;
+
+/// The supervised warm start.
+pub(crate) struct SftStage {
+    pub pipeline: SftPipeline,
+    pub policy: Arc<BurnPolicy>,
+    pub eval_every: u64,
+}
+
+/// Held-out prompts and the reward that scores them.
+pub(crate) struct Evaluation {
+    pub prompts: Vec<Prompt>,
+    pub reward: Arc<dyn RewardWorker>,
+}
+
+/// Where a run is: fine-tuning (the RL stage waits for its weights) or reinforcement learning.
+enum Stage {
+    Sft {
+        sft: SftStage,
+        /// Taken when SFT ends; `None` after a failed build (the run then cannot go on).
+        build_rl: Option<BuildRl>,
+        done: bool,
+    },
+    Rl {
+        pipeline: Box<RlvrPipeline>,
+        actor: Arc<BurnPolicy>,
+    },
+}
+
+/// Appends lines to `metrics.jsonl`.
+struct Recorder {
+    file: std::fs::File,
+    path: PathBuf,
+    started: Instant,
+}
+
+impl Recorder {
+    fn record(&mut self, mut line: Map<String, Value>) -> Result<()> {
+        line.insert("time_s".into(), self.started.elapsed().as_secs_f64().into());
+        writeln!(self.file, "{}", Value::Object(line))
+            .map_err(io("cannot append to the metrics file", &self.path))
+    }
+}
+
+/// A training run: the stages, the current actor, and the run directory (`run.output_dir`):
+///
+/// | file | what |
+/// |---|---|
+/// | `config.toml` | the resolved config |
+/// | `metrics.jsonl` | one JSON line per SFT step, RL step and evaluation (`"stage"` says which) |
+/// | `eval_prompts.jsonl` | the held-out prompts (`prompt`, `answer`) |
+/// | `base_model/` | the model a `new` source built |
+/// | `sft_model/`, `final_model/` | the exported SFT-stage and final models (HF directories) |
+/// | `summary.md` | [`RunSummary`] as a table |
+pub struct Run {
+    plan: RunPlan,
+    source: HfSource,
+    tokenizer: Arc<dyn Tokenizer>,
+    stage: Stage,
+    eval: Option<Evaluation>,
+    recorder: Recorder,
+    summary: RunSummary,
+    started: Instant,
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+impl Run {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start(
+        plan: RunPlan,
+        config: &Config,
+        source: HfSource,
+        tokenizer: Arc<dyn Tokenizer>,
+        model: CausalLm,
+        sft: Option<SftStage>,
+        build_rl: BuildRl,
+        eval: Option<Evaluation>,
+    ) -> Result<Self> {
+        let dir = plan.run.output_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(io("cannot create the run directory", &dir))?;
+        let resolved = dir.join("config.toml");
+        std::fs::write(&resolved, config.to_toml()?)
+            .map_err(io("cannot write the resolved config", &resolved))?;
+        if let Some(eval) = &eval {
+            let path = dir.join("eval_prompts.jsonl");
+            let mut text = String::new();
+            for p in &eval.prompts {
+                text.push_str(&json!({"prompt": p.text, "answer": p.ground_truth}).to_string());
+                text.push('\n');
+            }
+            std::fs::write(&path, text).map_err(io("cannot write the held-out prompts", &path))?;
+        }
+        let path = dir.join("metrics.jsonl");
+        let file =
+            std::fs::File::create(&path).map_err(io("cannot create the metrics file", &path))?;
+        let started = Instant::now();
+        let recorder = Recorder {
+            file,
+            path,
+            started,
+        };
+        let stage = match sft {
+            Some(sft) => Stage::Sft {
+                sft,
+                build_rl: Some(build_rl),
+                done: false,
+            },
+            None => {
+                let (pipeline, actor) = build_rl(model)?;
+                Stage::Rl {
+                    pipeline: Box::new(pipeline),
+                    actor,
+                }
+            }
+        };
+        let summary = RunSummary {
+            name: plan.run.name.clone(),
+            run_dir: dir,
+            ..RunSummary::default()
+        };
+        Ok(Self {
+            plan,
+            source,
+            tokenizer,
+            stage,
+            eval,
+            recorder,
+            summary,
+            started,
+        })
+    }
+
+    /// The settings every component was built from.
+    pub fn plan(&self) -> &RunPlan {
+        &self.plan
+    }
+
+    /// The actor being trained: the SFT stage's until it ends, then the RL stage's.
+    pub fn actor(&self) -> &Arc<BurnPolicy> {
+        match &self.stage {
+            Stage::Sft { sft, .. } => &sft.policy,
+            Stage::Rl { actor, .. } => actor,
+        }
+    }
+
+    /// What the run has done so far.
+    pub fn summary(&self) -> &RunSummary {
+        &self.summary
+    }
+
+    /// RL steps taken.
+    pub fn steps_taken(&self) -> u64 {
+        match &self.stage {
+            Stage::Rl { pipeline, .. } => pipeline.steps_taken(),
+            Stage::Sft { .. } => 0,
+        }
+    }
+
+    /// Exports the actor's current weights as a HuggingFace directory, beside the files of the
+    /// directory the model came from (config with every key, tokenizer, generation config).
+    ///
+    /// # Errors
+    /// If the export cannot be written.
+    pub fn export(&self, out_dir: impl AsRef<Path>) -> Result<()> {
+        Ok(self
+            .actor()
+            .export(&self.source, out_dir, &SaveOptions::default())?)
+    }
+
+    /// Runs the supervised warm start to its end (nothing without `[sft]`, or once it has run):
+    /// every step is a line of `metrics.jsonl`; then the held-out loss, the export to
+    /// `sft_model/`, a held-out evaluation (`after SFT`), and the RL stage is built on the
+    /// fine-tuned weights.
+    ///
+    /// # Errors
+    /// The SFT pipeline's errors, or a file that cannot be written.
+    pub async fn sft(&mut self) -> Result<Option<SftSummary>> {
+        let Stage::Sft { sft, done, .. } = &mut self.stage else {
+            return Ok(None);
+        };
+        let summary = if *done {
+            None
+        } else {
+            let summary = run_sft(sft, &mut self.recorder).await?;
+            *done = true;
+            let out = self.plan.run.output_dir.join("sft_model");
+            self.export(&out)?;
+            self.summary.exports.push(("after SFT".into(), out));
+            self.summary.sft = Some(summary.clone());
+            self.evaluate("after SFT").await?;
+            Some(summary)
+        };
+        let Stage::Sft { sft, build_rl, .. } = &mut self.stage else {
+            return Ok(summary);
+        };
+        let build = build_rl.take().ok_or_else(|| {
+            Error::invalid_data(
+                "run",
+                "building the RL stage failed before; start a new run",
+            )
+        })?;
+        let (pipeline, actor) = build(sft.policy.model()?)?;
+        self.stage = Stage::Rl {
+            pipeline: Box::new(pipeline),
+            actor,
+        };
+        Ok(summary)
+    }
+
+    /// Answers the held-out prompts greedily with the current actor and records the accuracy
+    /// under `label` (`None` without held-out prompts).
+    ///
+    /// # Errors
+    /// A prompt that cannot be encoded, or the metrics file cannot be written. Failed
+    /// generations and rewards count as unsolved prompts.
+    pub async fn evaluate(&mut self, label: &str) -> Result<Option<EvalReport>> {
+        let Some(eval) = &self.eval else {
+            return Ok(None);
+        };
+        let bar = ProgressBar::new_spinner().with_message(format!(
+            "evaluating {} held-out prompts ({label})",
+            eval.prompts.len()
+        ));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let policy: Arc<dyn Generate> = self.actor().clone();
+        let report = evaluate(
+            policy,
+            &*self.tokenizer,
+            eval.reward.clone(),
+            &eval.prompts,
+            self.plan.run.eval_max_new_tokens,
+        )
+        .await?;
+        bar.finish_and_clear();
+        let point = EvalPoint {
+            label: label.to_owned(),
+            rl_step: self.steps_taken(),
+            accuracy: report.accuracy(),
+            reward_mean: report.reward_mean(),
+            failed: report.failed(),
+            at_s: self.started.elapsed().as_secs_f64(),
+        };
+        println!(
+            "[{}] held-out accuracy {label}: {:.1}% ({} prompts, {:.1} s)",
+            self.plan.run.name,
+            100.0 * point.accuracy,
+            report.outcomes.len(),
+            report.time.as_secs_f64()
+        );
+        let mut line = Map::new();
+        line.insert("stage".into(), "eval".into());
+        line.insert("label".into(), label.into());
+        line.insert("rl_step".into(), point.rl_step.into());
+        line.insert("accuracy".into(), point.accuracy.into());
+        line.insert("reward_mean".into(), point.reward_mean.into());
+        line.insert("failed".into(), point.failed.into());
+        line.insert("eval_s".into(), report.time.as_secs_f64().into());
+        self.recorder.record(line)?;
+        self.summary.evals.push(point);
+        Ok(Some(report))
+    }
+
+    /// Runs one RL step (after the SFT stage, which runs first if it has not) and appends its
+    /// metrics to `metrics.jsonl`.
+    ///
+    /// # Errors
+    /// As [`RlvrPipeline::step`], or if the metrics cannot be written.
+    pub async fn step(&mut self) -> Result<StepReport> {
+        self.sft().await?;
+        let Stage::Rl { pipeline, .. } = &mut self.stage else {
+            return Err(Error::invalid_data(
+                "run",
+                "the RL stage could not be built",
+            ));
+        };
+        let report = pipeline.step().await?;
+        let mut line = Map::new();
+        line.insert("stage".into(), "rl".into());
+        line.insert("step".into(), report.step.into());
+        line.insert("weight_version".into(), report.weight_version.0.into());
+        line.insert("reward_mean".into(), f64::from(report.reward_mean).into());
+        line.insert(
+            "response_len_mean".into(),
+            f64::from(report.response_len_mean).into(),
+        );
+        line.insert("rollout_s".into(), report.rollout_time.as_secs_f64().into());
+        line.insert("train_s".into(), report.train_time.as_secs_f64().into());
+        for (k, v) in &report.metrics {
+            line.insert(k.clone(), (*v).into());
+        }
+        self.recorder.record(line)?;
+        self.summary.rl.push(report.clone());
+        Ok(report)
+    }
+
+    /// The whole run: the SFT stage (with `[sft]`; else a held-out evaluation of the base
+    /// model), RL steps up to `run.max_steps` (evaluating every `run.eval_every`), a final
+    /// evaluation, the export of the final model to `final_model/`, and `summary.md`.
+    ///
+    /// # Errors
+    /// As [`Run::sft`], [`Run::step`] and [`Run::evaluate`].
+    pub async fn train(&mut self) -> Result<RunSummary> {
+        if matches!(self.stage, Stage::Sft { .. }) {
+            self.sft().await?;
+        } else if self.summary.evals.is_empty() && self.steps_taken() == 0 {
+            self.evaluate("base").await?;
+        }
+        let rl_start = Instant::now();
+        let bar = progress(self.plan.run.max_steps, "RL");
+        bar.set_position(self.steps_taken());
+        while self.steps_taken() < self.plan.run.max_steps {
+            let report = self.step().await?;
+            let done = report.step + 1;
+            bar.set_message(format!(
+                "reward {:.3}, {:.2} s/step",
+                report.reward_mean,
+                (report.rollout_time + report.train_time).as_secs_f64()
+            ));
+            bar.inc(1);
+            if done % self.plan.run.log_every == 0 {
+                bar.println(format!("[{}] {report}", self.plan.run.name));
+            }
+            let every = self.plan.run.eval_every;
+            if every > 0 && done % every == 0 && done < self.plan.run.max_steps {
+                self.evaluate(&format!("RL step {done}")).await?;
+            }
+        }
+        bar.finish_and_clear();
+        self.summary.rl_time = rl_start.elapsed();
+        self.evaluate("after RL").await?;
+        let out = self.plan.run.output_dir.join("final_model");
+        self.export(&out)?;
+        self.summary.exports.push(("final".into(), out));
+        self.summary.total_time = self.started.elapsed();
+        let path = self.plan.run.output_dir.join("summary.md");
+        std::fs::write(&path, self.summary.to_string())
+            .map_err(io("cannot write the run summary", &path))?;
+        Ok(self.summary.clone())
+    }
+}
+
+/// The SFT stage from its first step to its held-out loss; each step a line of metrics.
+async fn run_sft(stage: &mut SftStage, recorder: &mut Recorder) -> Result<SftSummary> {
+    let start = Instant::now();
+    let total = stage.pipeline.total_steps();
+    let bar = progress(total, "SFT");
+    let mut losses = Vec::new();
+    while !stage.pipeline.is_done() {
+        let report = stage.pipeline.step().await?;
+        losses.push(report.loss);
+        let mut line = Map::new();
+        line.insert("stage".into(), "sft".into());
+        line.insert("step".into(), report.step.into());
+        line.insert("epoch".into(), report.epoch.into());
+        line.insert("tokens".into(), report.tokens.into());
+        line.insert("step_s".into(), report.time.as_secs_f64().into());
+        for (k, v) in &report.metrics {
+            line.insert(k.clone(), (*v).into());
+        }
+        let done = report.step + 1;
+        if stage.eval_every > 0 && done % stage.eval_every == 0 && done < total {
+            let loss = stage.pipeline.eval_loss().await?;
+            line.insert("eval_loss".into(), loss.into());
+            bar.println(format!("[SFT] step {done}: held-out loss {loss:.4}"));
+        }
+        recorder.record(line)?;
+        bar.set_message(format!("loss {:.4}", report.loss));
+        bar.inc(1);
+    }
+    let eval_loss = stage.pipeline.eval_loss().await?;
+    bar.finish_with_message(format!("held-out loss {eval_loss:.4}"));
+    let k = (losses.len() / 10).max(1);
+    let mean = |l: &[f64]| l.iter().sum::<f64>() / l.len().max(1) as f64;
+    Ok(SftSummary {
+        steps: losses.len() as u64,
+        loss_first: mean(&losses[..k.min(losses.len())]),
+        loss_last: mean(&losses[losses.len().saturating_sub(k)..]),
+        eval_loss,
+        time: start.elapsed(),
+    })
+}
+
+fn progress(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template(&format!(
+        "{what:>4} [{{bar:30}}] {{pos}}/{{len}} {{msg}} (eta {{eta}})"
+    ))
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}

@@ -1,0 +1,140 @@
+//! [`RunSummary`]: what a run did, as numbers and as the `summary.md` table.
+
+use roll_core::pipeline::StepReport;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One held-out evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalPoint {
+    /// When it ran: `base`, `after SFT`, `RL step N`, `after RL`.
+    pub label: String,
+    /// RL steps taken when it ran.
+    pub rl_step: u64,
+    /// Fraction of held-out prompts solved.
+    pub accuracy: f64,
+    /// Mean reward.
+    pub reward_mean: f64,
+    /// Prompts whose generation or reward failed.
+    pub failed: usize,
+    /// Seconds since the run started.
+    pub at_s: f64,
+}
+
+/// The SFT stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftSummary {
+    /// Optimiser steps.
+    pub steps: u64,
+    /// Mean training loss of the first and the last tenth of the steps.
+    pub loss_first: f64,
+    /// See `loss_first`.
+    pub loss_last: f64,
+    /// Held-out loss at the end (NaN without held-out pairs).
+    pub eval_loss: f64,
+    /// Wall-clock time of the stage.
+    pub time: Duration,
+}
+
+/// A whole run: stages, evaluations, exports.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunSummary {
+    /// `run.name`.
+    pub name: String,
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// The SFT stage, if the run had one.
+    pub sft: Option<SftSummary>,
+    /// Every RL step's report.
+    pub rl: Vec<StepReport>,
+    /// Wall-clock time of the RL stage.
+    pub rl_time: Duration,
+    /// Every held-out evaluation, in order.
+    pub evals: Vec<EvalPoint>,
+    /// Exported models: (what, directory).
+    pub exports: Vec<(String, PathBuf)>,
+    /// Wall-clock time of the run.
+    pub total_time: Duration,
+}
+
+impl RunSummary {
+    /// The evaluation labelled `label`, if it ran.
+    pub fn eval(&self, label: &str) -> Option<&EvalPoint> {
+        self.evals.iter().find(|e| e.label == label)
+    }
+
+    /// Mean RL reward over the first and the last quarter of the steps.
+    pub fn rl_reward_first_last(&self) -> Option<(f64, f64)> {
+        if self.rl.is_empty() {
+            return None;
+        }
+        let k = (self.rl.len() / 4).max(1);
+        let mean = |r: &[StepReport]| {
+            r.iter().map(|s| f64::from(s.reward_mean)).sum::<f64>() / r.len() as f64
+        };
+        Some((mean(&self.rl[..k]), mean(&self.rl[self.rl.len() - k..])))
+    }
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "# {}\n", self.name)?;
+        writeln!(
+            f,
+            "Run directory `{}`, {:.0} s in all.\n",
+            self.run_dir.display(),
+            self.total_time.as_secs_f64()
+        )?;
+        if !self.evals.is_empty() {
+            writeln!(f, "## Held-out accuracy (greedy)\n")?;
+            writeln!(
+                f,
+                "| when | RL step | accuracy | mean reward | failed | at (s) |"
+            )?;
+            writeln!(f, "|---|---:|---:|---:|---:|---:|")?;
+            for e in &self.evals {
+                writeln!(
+                    f,
+                    "| {} | {} | {:.1}% | {:.3} | {} | {:.0} |",
+                    e.label,
+                    e.rl_step,
+                    100.0 * e.accuracy,
+                    e.reward_mean,
+                    e.failed,
+                    e.at_s
+                )?;
+            }
+            writeln!(f)?;
+        }
+        writeln!(f, "## Stages\n")?;
+        writeln!(f, "| stage | steps | time (s) | start → end |")?;
+        writeln!(f, "|---|---:|---:|---|")?;
+        if let Some(s) = &self.sft {
+            writeln!(
+                f,
+                "| SFT | {} | {:.0} | train loss {:.3} → {:.3}; held-out loss {:.3} |",
+                s.steps,
+                s.time.as_secs_f64(),
+                s.loss_first,
+                s.loss_last,
+                s.eval_loss
+            )?;
+        }
+        if let Some((first, last)) = self.rl_reward_first_last() {
+            writeln!(
+                f,
+                "| RL | {} | {:.0} | mean rollout reward {first:.3} → {last:.3} (first and last quarter) |",
+                self.rl.len(),
+                self.rl_time.as_secs_f64(),
+            )?;
+        }
+        if !self.exports.is_empty() {
+            writeln!(f, "\n## Exported models (HuggingFace directories)\n")?;
+            for (what, dir) in &self.exports {
+                writeln!(f, "- {what}: `{}`", dir.display())?;
+            }
+        }
+        Ok(())
+    }
+}
