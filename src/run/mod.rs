@@ -5,10 +5,12 @@
 
 mod builder;
 mod plan;
+mod plots;
 mod runner;
 mod summary;
 
 pub use builder::RunBuilder;
 pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
+pub use plots::plot_metrics;
 pub use runner::Run;
 pub use summary::{EvalPoint, RunSummary, SftSummary};

@@ -8,7 +8,7 @@ use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{BurnPolicy, CausalLm, SaveOptions};
 use roll_core::config::Config;
 use roll_core::pipeline::{EvalReport, RlvrPipeline, SftPipeline, StepReport, evaluate};
-use roll_core::policy::Generate;
+use roll_core::policy::{Generate, SamplingParams};
 use roll_core::{Error, Prompt, Result, RewardWorker, Tokenizer};
 use serde_json::{Map, Value, json};
 use std::io::Write;
@@ -71,6 +71,7 @@ impl Recorder {
 /// | `eval_prompts.jsonl` | the held-out prompts (`prompt`, `answer`) |
 /// | `base_model/` | the model a `new` source built |
 /// | `sft_model/`, `final_model/` | the exported SFT-stage and final models (HF directories) |
+/// | `plots/` | reward, held-out accuracy, KL, entropy, length, gap, step time, SFT loss |
 /// | `summary.md` | [`RunSummary`] as a table |
 pub struct Run {
     plan: RunPlan,
@@ -256,7 +257,11 @@ impl Run {
             &*self.tokenizer,
             eval.reward.clone(),
             &eval.prompts,
-            self.plan.run.eval_max_new_tokens,
+            &SamplingParams {
+                temperature: 0.0,
+                max_new_tokens: self.plan.run.eval_max_new_tokens,
+                ..SamplingParams::default()
+            },
         )
         .await?;
         bar.finish_and_clear();
@@ -360,6 +365,7 @@ impl Run {
         self.export(&out)?;
         self.summary.exports.push(("final".into(), out));
         self.summary.total_time = self.started.elapsed();
+        self.summary.plots = super::plot_metrics(&self.plan.run.output_dir)?;
         let path = self.plan.run.output_dir.join("summary.md");
         std::fs::write(&path, self.summary.to_string())
             .map_err(io("cannot write the run summary", &path))?;
@@ -370,6 +376,7 @@ impl Run {
 /// The SFT stage from its first step to its held-out loss; each step a line of metrics.
 async fn run_sft(stage: &mut SftStage, recorder: &mut Recorder) -> Result<SftSummary> {
     let start = Instant::now();
+    let eval_loss_start = stage.pipeline.eval_loss().await?;
     let total = stage.pipeline.total_steps();
     let bar = progress(total, "SFT");
     let mut losses = Vec::new();
@@ -403,6 +410,7 @@ async fn run_sft(stage: &mut SftStage, recorder: &mut Recorder) -> Result<SftSum
         steps: losses.len() as u64,
         loss_first: mean(&losses[..k.min(losses.len())]),
         loss_last: mean(&losses[losses.len().saturating_sub(k)..]),
+        eval_loss_start,
         eval_loss,
         time: start.elapsed(),
     })

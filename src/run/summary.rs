@@ -31,6 +31,8 @@ pub struct SftSummary {
     pub loss_first: f64,
     /// See `loss_first`.
     pub loss_last: f64,
+    /// Held-out loss before the first step (NaN without held-out pairs).
+    pub eval_loss_start: f64,
     /// Held-out loss at the end (NaN without held-out pairs).
     pub eval_loss: f64,
     /// Wall-clock time of the stage.
@@ -54,6 +56,8 @@ pub struct RunSummary {
     pub evals: Vec<EvalPoint>,
     /// Exported models: (what, directory).
     pub exports: Vec<(String, PathBuf)>,
+    /// The plots of `metrics.jsonl`.
+    pub plots: Vec<PathBuf>,
     /// Wall-clock time of the run.
     pub total_time: Duration,
 }
@@ -113,11 +117,12 @@ impl fmt::Display for RunSummary {
         if let Some(s) = &self.sft {
             writeln!(
                 f,
-                "| SFT | {} | {:.0} | train loss {:.3} → {:.3}; held-out loss {:.3} |",
+                "| SFT | {} | {:.0} | train loss {:.3} → {:.3}; held-out loss {:.3} → {:.3} |",
                 s.steps,
                 s.time.as_secs_f64(),
                 s.loss_first,
                 s.loss_last,
+                s.eval_loss_start,
                 s.eval_loss
             )?;
         }
@@ -128,6 +133,12 @@ impl fmt::Display for RunSummary {
                 self.rl.len(),
                 self.rl_time.as_secs_f64(),
             )?;
+        }
+        if !self.plots.is_empty() {
+            writeln!(f, "\n## Plots\n")?;
+            for p in &self.plots {
+                writeln!(f, "- `{}`", p.display())?;
+            }
         }
         if !self.exports.is_empty() {
             writeln!(f, "\n## Exported models (HuggingFace directories)\n")?;

@@ -1,6 +1,7 @@
 //! Held-out evaluation: greedy answers to fixed prompts, scored by the run's reward workers.
 
 use crate::policy::{Generate, GenerationRequest, SamplingParams};
+use crate::rng::mix64;
 use crate::tokenizer::{Tokenizer, encode_prompt};
 use crate::{GroupId, Prompt, Result, RewardWorker, Sample, SampleId};
 use std::sync::Arc;
@@ -51,10 +52,12 @@ impl EvalReport {
     }
 }
 
-/// Answers each of `prompts` greedily (temperature 0, at most `max_new_tokens`) with `policy`,
-/// all requests in flight at once so the engine batches them, and scores the answers with
-/// `reward` (a router dispatches by the prompts' domains). A prompt whose generation or reward
-/// fails counts as unsolved with its error recorded; it does not stop the evaluation.
+/// Answers each of `prompts` with `policy` under `params` — greedy (`temperature: 0`) for
+/// accuracy, or sampled, in which case prompt `i` is sampled with seed `mix64(seed + i)` so a
+/// prompt listed twice gets two samples and the result is reproducible — all requests in flight
+/// at once so the engine batches them, and scores the answers with `reward` (a router
+/// dispatches by the prompts' domains). A prompt whose generation or reward fails counts as
+/// unsolved with its error recorded; it does not stop the evaluation.
 ///
 /// # Errors
 /// Only if a prompt cannot be encoded (bad data, not a model failure).
@@ -63,20 +66,17 @@ pub async fn evaluate(
     tokenizer: &dyn Tokenizer,
     reward: Arc<dyn RewardWorker>,
     prompts: &[Prompt],
-    max_new_tokens: u32,
+    params: &SamplingParams,
 ) -> Result<EvalReport> {
     let start = Instant::now();
-    let params = SamplingParams {
-        temperature: 0.0,
-        max_new_tokens,
-        ..SamplingParams::default()
-    };
     let mut tasks = JoinSet::new();
     for (i, prompt) in prompts.iter().enumerate() {
         let ids = encode_prompt(tokenizer, prompt.system.as_deref(), &prompt.text)?;
         let (policy, reward) = (policy.clone(), reward.clone());
         let prompt = Arc::new(prompt.clone());
-        let request = GenerationRequest::new(ids.clone(), params.clone());
+        let mut params = params.clone();
+        params.seed = params.seed.map(|s| mix64(s.wrapping_add(i as u64)));
+        let request = GenerationRequest::new(ids.clone(), params);
         tasks.spawn(async move {
             let mut sample =
                 Sample::new(SampleId(i as u64), GroupId(i as u64), prompt.clone(), ids);
@@ -174,7 +174,12 @@ mod tests {
                 Prompt::new(crate::PromptId(i as u64), *t, "d").with_ground_truth(*g)
             })
             .collect();
-        let report = evaluate(policy, &ByteTokenizer, Arc::new(Prefix), &prompts, 3)
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: 3,
+            ..SamplingParams::default()
+        };
+        let report = evaluate(policy, &ByteTokenizer, Arc::new(Prefix), &prompts, &greedy)
             .await
             .unwrap();
         let solved: Vec<bool> = report.outcomes.iter().map(|o| o.solved).collect();

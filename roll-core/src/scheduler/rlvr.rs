@@ -415,7 +415,17 @@ impl Scheduler for RlvrScheduler {
                     self.consecutive_failures
                 )));
             }
-            while !exhausted && self.open.len() + self.ready.len() < self.target_in_flight() {
+            // Synchronous mode aborts whatever is in flight when the batch closes, so it starts
+            // only what this batch still needs (plus the oversampling slack); asynchronous mode
+            // keeps the next batches' prompts in flight as well.
+            let collected = if self.config.max_staleness == 0 {
+                groups.len()
+            } else {
+                0
+            };
+            while !exhausted
+                && collected + self.open.len() + self.ready.len() < self.target_in_flight()
+            {
                 exhausted = !self.start_prompt(&mut stats);
             }
             if self.tasks.is_empty() {
