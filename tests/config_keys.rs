@@ -64,6 +64,11 @@ fn walk(file: &str, extra: &[&str]) {
     assert!(keys.len() > 40, "{file}: only {} keys", keys.len());
     let mut unread = Vec::new();
     for (key, value) in &keys {
+        // `[task]` belongs to the program that runs the config: its own type reads it (and
+        // denies unknown keys), not the plan.
+        if key.starts_with("task.") {
+            continue;
+        }
         let changed = perturbed(value);
         let loaded: Result<Config, _> = ConfigLoader::new()
             .file(&path)
@@ -90,6 +95,11 @@ fn walk(file: &str, extra: &[&str]) {
 #[test]
 fn every_key_of_the_rlvr_config_changes_the_plan_or_is_rejected() {
     walk("rlvr_tiny.toml", RLVR_EXTRA);
+}
+
+#[test]
+fn every_key_of_the_main_job_config_changes_the_plan_or_is_rejected() {
+    walk("rlvr_arithmetic.toml", &[]);
 }
 
 #[test]
