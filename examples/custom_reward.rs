@@ -28,7 +28,10 @@ fn sum_reward(sample: &Sample) -> f32 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/tiny-qwen2-sft");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/tiny-qwen2-sft"
+    );
     let config = Config::from_toml(&format!(
         r#"
         [run]

@@ -26,7 +26,7 @@ fn sum(id: u64, a: u64, b: u64) -> Prompt {
 async fn sft_from_scratch_lowers_held_out_loss_and_the_run_writes_its_directory() {
     let out = out_dir("sft");
     let config = ConfigLoader::new()
-        .toml_str(&format!(
+        .toml_str(format!(
             r#"
             [run]
             max_steps = 2
@@ -159,7 +159,7 @@ async fn held_out_reward(run: &Run, prompts: &[Prompt]) -> f64 {
 async fn grpo_raises_held_out_reward_of_a_burn_policy() {
     let out = out_dir("grpo");
     let config = ConfigLoader::new()
-        .toml_str(&format!(
+        .toml_str(format!(
             r#"
             [run]
             max_steps = 20
