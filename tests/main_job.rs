@@ -4,18 +4,9 @@
 
 use roll::core::config::ConfigLoader;
 use roll::prelude::*;
-use std::path::PathBuf;
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/tiny-qwen2-sft"
-);
-
-fn out_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roll-main-job-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+mod common;
+use common::{FIXTURE, first_digit, out_dir};
 
 fn sum(id: u64, a: u64, b: u64) -> Prompt {
     Prompt::new(PromptId(id), format!("Q: {a}+{b}=? A:"), "arithmetic")
@@ -116,15 +107,6 @@ async fn sft_from_scratch_lowers_held_out_loss_and_the_run_writes_its_directory(
     let exported = load_model(out.join("sft_model"), &Device::flex()).expect("reload");
     assert_eq!(exported.vocab_size(), 259);
     let _ = std::fs::remove_dir_all(&out);
-}
-
-/// 1 when the answer starts with the sum's first digit.
-fn first_digit(s: &Sample) -> f32 {
-    let truth = s.prompt.ground_truth.as_deref().unwrap_or_default();
-    let answer = s.text.trim_start();
-    f32::from(u8::from(
-        !truth.is_empty() && answer.starts_with(&truth[..1]),
-    ))
 }
 
 /// Mean reward of 4 seeded samples (temperature 1) per held-out prompt.

@@ -3,18 +3,9 @@
 
 use roll::core::config::ConfigLoader;
 use roll::prelude::*;
-use std::path::PathBuf;
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/tiny-qwen2-sft"
-);
-
-fn out_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roll-pipelines-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+mod common;
+use common::{FIXTURE, first_digit, out_dir};
 
 fn load(toml: &str, overrides: &[&str]) -> roll::core::Result<Config> {
     ConfigLoader::new()
@@ -44,15 +35,6 @@ fn rlvr_toml(out: &std::path::Path) -> String {
         "#,
         out = out.display()
     )
-}
-
-/// 1 when the answer starts with the sum's first digit.
-fn first_digit(s: &Sample) -> f32 {
-    let truth = s.prompt.ground_truth.as_deref().unwrap_or_default();
-    let answer = s.text.trim_start();
-    f32::from(u8::from(
-        !truth.is_empty() && answer.starts_with(&truth[..1]),
-    ))
 }
 
 fn sums() -> impl Iterator<Item = Prompt> + Send {

@@ -45,24 +45,12 @@ async fn main() -> anyhow::Result<()> {
     task.validate()?;
     let data = task.datasets(config.run.seed);
 
-    // The SFT stage's held-out loss is measured on the first 100 held-out problems.
-    let sft_held_out: Vec<SftExample> = data
-        .held_out
-        .iter()
-        .take(100)
-        .map(|p| {
-            SftExample::new(
-                &p.text,
-                format!(" {}", p.ground_truth.as_deref().unwrap_or("")),
-            )
-        })
-        .collect();
     let has_sft = config.sft.is_some();
     let mut run = RunBuilder::new(config)
         .prompts(data.rl)
         .eval_prompts(data.held_out);
     if has_sft {
-        run = run.sft_examples(data.sft, sft_held_out);
+        run = run.sft_examples(data.sft, data.sft_held_out);
     }
     let mut run = run.build()?;
     let dir = run.plan().run.output_dir.display().to_string();

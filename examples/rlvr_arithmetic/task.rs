@@ -49,6 +49,10 @@ impl Problem {
         format!("Q: {}{}{}=? A:", self.a, self.op, self.b)
     }
 
+    fn pair(self) -> SftExample {
+        SftExample::new(self.prompt(), format!(" {}", self.answer()))
+    }
+
     fn answer(self) -> String {
         let (a, b) = (self.a as i64, self.b as i64);
         match self.op {
@@ -66,6 +70,8 @@ pub struct Datasets {
     pub held_out: Vec<Prompt>,
     /// SFT pairs in curriculum order.
     pub sft: Vec<SftExample>,
+    /// The first 100 held-out problems as pairs: the SFT stage's held-out loss.
+    pub sft_held_out: Vec<SftExample>,
     /// RL prompts with their answers.
     pub rl: Vec<Prompt>,
 }
@@ -103,9 +109,13 @@ impl Task {
         };
         let mut held: HashSet<Problem> = HashSet::new();
         let mut held_out = Vec::with_capacity(self.held_out);
+        let mut sft_held_out = Vec::new();
         while held_out.len() < self.held_out {
             let p = draw(self.max_operand, &self.operators);
             if held.insert(p) {
+                if sft_held_out.len() < 100 {
+                    sft_held_out.push(p.pair());
+                }
                 held_out.push(prompt(held_out.len() as u64, p));
             }
         }
@@ -124,7 +134,7 @@ impl Task {
                 .map_or(self.max_operand, |&(_, max)| max);
             let p = draw(max, &self.operators);
             if !held.contains(&p) {
-                sft.push(SftExample::new(p.prompt(), format!(" {}", p.answer())));
+                sft.push(p.pair());
             }
         }
         let mut rl = Vec::with_capacity(self.rl_prompts);
@@ -134,7 +144,12 @@ impl Task {
                 rl.push(prompt(rl.len() as u64, p));
             }
         }
-        Datasets { held_out, sft, rl }
+        Datasets {
+            held_out,
+            sft,
+            sft_held_out,
+            rl,
+        }
     }
 }
 

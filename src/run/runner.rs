@@ -39,7 +39,6 @@ enum Stage {
         sft: SftStage,
         /// Taken when SFT ends; `None` after a failed build (the run then cannot go on).
         build_rl: Option<BuildRl>,
-        done: bool,
     },
     Rl {
         pipeline: Box<RlvrPipeline>,
@@ -132,7 +131,6 @@ impl Run {
             Some(sft) => Stage::Sft {
                 sft,
                 build_rl: Some(build_rl),
-                done: false,
             },
             None => {
                 let (pipeline, actor) = build_rl(model)?;
@@ -204,14 +202,15 @@ impl Run {
     /// # Errors
     /// The SFT pipeline's errors, or a file that cannot be written.
     pub async fn sft(&mut self) -> Result<Option<SftSummary>> {
-        let Stage::Sft { sft, done, .. } = &mut self.stage else {
+        let Stage::Sft { sft, .. } = &mut self.stage else {
             return Ok(None);
         };
-        let summary = if *done {
+        // A finished pipeline means an earlier call trained it and failed later (export,
+        // evaluation, building RL): only what follows is retried.
+        let summary = if sft.pipeline.is_done() {
             None
         } else {
             let summary = run_sft(sft, &mut self.recorder).await?;
-            *done = true;
             let out = self.plan.run.output_dir.join("sft_model");
             self.export(&out)?;
             self.summary.exports.push(("after SFT".into(), out));

@@ -119,13 +119,6 @@ pub struct SftStepReport {
     pub metrics: BTreeMap<String, f64>,
 }
 
-/// An example as token ids.
-#[derive(Debug, Clone)]
-struct Encoded {
-    prompt: Vec<u32>,
-    response: Vec<u32>,
-}
-
 /// Supervised fine-tuning through the [`Policy`] trait: each step takes the next `batch_size`
 /// examples, builds a [`TrainBatch`] whose loss mask covers the response tokens only, and trains
 /// it under [`Objective::sft`] (token-mean cross-entropy with the trainer's global denominators).
@@ -150,8 +143,10 @@ pub struct SftPipeline {
     policy: Arc<dyn Policy>,
     tokenizer: Arc<dyn Tokenizer>,
     config: SftConfig,
-    train: Vec<Encoded>,
-    eval: Vec<Encoded>,
+    /// The pairs as token ids (the response ending in EOS).
+    train: Vec<ScoreSequence>,
+    /// The held-out pairs, as the request that scores them (built once).
+    eval: ScoreRequest,
     order: Vec<usize>,
     position: SftPosition,
 }
@@ -184,7 +179,7 @@ impl SftPipeline {
             tokenizer,
             config,
             train,
-            eval: Vec::new(),
+            eval: ScoreRequest::default(),
             order: Vec::new(),
             position: SftPosition::default(),
         };
@@ -197,7 +192,7 @@ impl SftPipeline {
     /// # Errors
     /// As [`SftPipeline::new`] for a bad example.
     pub fn with_eval(mut self, examples: impl IntoIterator<Item = SftExample>) -> Result<Self> {
-        self.eval = encode_all(&*self.tokenizer, examples)?;
+        self.eval.sequences = encode_all(&*self.tokenizer, examples)?;
         Ok(self)
     }
 
@@ -293,21 +288,10 @@ impl SftPipeline {
     /// # Errors
     /// The policy's scoring errors, or a non-finite log-prob.
     pub async fn eval_loss(&self) -> Result<f64> {
-        if self.eval.is_empty() {
+        if self.eval.sequences.is_empty() {
             return Ok(f64::NAN);
         }
-        let request = ScoreRequest {
-            sequences: self
-                .eval
-                .iter()
-                .map(|e| ScoreSequence {
-                    prompt_ids: e.prompt.clone(),
-                    response_ids: e.response.clone(),
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let scores = self.policy.score(&request).await?;
+        let scores = self.policy.score(&self.eval).await?;
         let (mut sum, mut n) = (0.0f64, 0usize);
         for s in &scores {
             for &lp in &s.logprobs {
@@ -345,7 +329,7 @@ const SFT_METRICS: &[&str] = &["grad_norm", "lr", "loss", "trained_tokens", "ski
 fn encode_all(
     tokenizer: &dyn Tokenizer,
     examples: impl IntoIterator<Item = SftExample>,
-) -> Result<Vec<Encoded>> {
+) -> Result<Vec<ScoreSequence>> {
     let eos = tokenizer.eos_token_id().ok_or_else(|| {
         Error::invalid_data(
             "SFT tokenizer",
@@ -374,17 +358,20 @@ fn encode_all(
                 ));
             }
             response.push(eos);
-            Ok(Encoded { prompt, response })
+            Ok(ScoreSequence {
+                prompt_ids: prompt,
+                response_ids: response,
+            })
         })
         .collect()
 }
 
-fn sequence(index: usize, e: &Encoded) -> TrainSequence {
-    let n = e.response.len();
+fn sequence(index: usize, e: &ScoreSequence) -> TrainSequence {
+    let n = e.response_ids.len();
     TrainSequence {
         sample: SampleId(index as u64),
-        prompt_ids: e.prompt.clone(),
-        response_ids: e.response.clone(),
+        prompt_ids: e.prompt_ids.clone(),
+        response_ids: e.response_ids.clone(),
         loss_mask: vec![true; n],
         old_logprobs: vec![0.0; n],
         rollout_logprobs: vec![0.0; n],

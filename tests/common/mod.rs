@@ -1,0 +1,27 @@
+//! What the facade's integration tests share: the fixture, a fresh output directory, and the
+//! toy verifiable reward.
+
+use roll::prelude::*;
+use std::path::PathBuf;
+
+/// The arithmetic-tuned tiny Qwen2 fixture.
+pub const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/tiny-qwen2-sft"
+);
+
+/// An empty temporary run directory, unique to this test process and `name`.
+pub fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("roll-tests-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// 1 when the answer starts with the sum's first digit.
+pub fn first_digit(s: &Sample) -> f32 {
+    let truth = s.prompt.ground_truth.as_deref().unwrap_or_default();
+    let answer = s.text.trim_start();
+    f32::from(u8::from(
+        !truth.is_empty() && answer.starts_with(&truth[..1]),
+    ))
+}
