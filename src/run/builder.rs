@@ -1,8 +1,9 @@
 //! [`RunBuilder`]: a config (plus the user's own prompts, rewards, environments and SFT data)
 //! becomes a [`Run`] with a real actor.
 
+use super::checkpoint::{self, ACTOR, CHECKPOINTS, Resumed, SftProgress, StageState};
 use super::plan::{RolloutPlan, RunPlan};
-use super::runner::{BuildRl, Evaluation, Run, SftStage};
+use super::runner::{ActorStart, BuildRl, Evaluation, Restored, Run, SftStage, Stage};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{
     BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, PolicyOptions,
@@ -117,21 +118,31 @@ impl RunBuilder {
 
     /// Writes the model of a `new` source, loads the model and tokenizer, and builds the stages:
     /// the SFT pipeline (with `[sft]`) and the RL pipeline (at once without `[sft]`, else when
-    /// SFT ends, from the fine-tuned weights).
+    /// SFT ends, from the fine-tuned weights). With `run.resume`, the stage of the newest
+    /// readable checkpoint is restored instead (a fresh start when there is none); without it,
+    /// checkpoints of an earlier run in the same directory are deleted.
     ///
     /// # Errors
     /// A config that does not validate, a model directory that does not load, an RLVR run
     /// without prompts, an unknown reward or environment kind (named with its key), `[sft]`
     /// without SFT examples or SFT examples without `[sft]`, `run.eval_every` without held-out
-    /// prompts, held-out prompts in an agentic run.
-    pub fn build(self) -> Result<Run> {
+    /// prompts, held-out prompts in an agentic run, a checkpoint that does not fit the run.
+    pub fn build(mut self) -> Result<Run> {
         let plan = RunPlan::from_config(&self.config)?;
-        if let Some((spec, seed)) = &plan.model.new {
+        let root = plan.run.output_dir.join(CHECKPOINTS);
+        let (found, skipped) = if plan.run.resume {
+            checkpoint::newest(&root)?
+        } else {
+            checkpoint::clear(&root)?;
+            (None, Vec::new())
+        };
+        if found.is_none()
+            && let Some((spec, seed)) = &plan.model.new
+        {
             roll_backend_burn::hf::write_new_model(spec, &plan.model.dir, *seed)?;
         }
         let device = roll_backend_burn::device(plan.model.device)?;
         let source = HfSource::open(&plan.model.dir)?;
-        let model = source.load_model(&device)?;
         let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;
         if plan.model.plain_prompts {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
@@ -143,8 +154,8 @@ impl RunBuilder {
             scoring: plan.scoring,
             ..PolicyOptions::default()
         };
-        let (rl, eval) = self.rl_stage(&plan, tokenizer.clone(), options.clone())?;
-        let sft = match (&plan.sft, self.sft) {
+        let (rl, eval) = self.rl_stage(&plan, tokenizer.clone(), options.clone(), &source)?;
+        let sft_examples = match (&plan.sft, self.sft.take()) {
             (None, None) => None,
             (Some(_), None) => {
                 return Err(Error::invalid_data(
@@ -160,29 +171,105 @@ impl RunBuilder {
                      them with",
                 ));
             }
-            (Some(sft), Some(examples)) => {
-                let steps = examples.len().div_ceil(sft.pipeline.batch_size) as u64
-                    * u64::from(sft.pipeline.epochs);
-                let mut trainer = sft.trainer.clone();
-                trainer.total_steps = Some(steps);
-                let policy = Arc::new(BurnPolicy::new(
-                    model.clone(),
-                    tokenizer.clone(),
-                    trainer,
-                    options,
-                )?);
-                let pipeline = SftPipeline::new(
-                    policy.clone(),
-                    tokenizer.clone(),
-                    examples,
-                    sft.pipeline.clone(),
-                )?
-                .with_eval(self.sft_eval)?;
-                Some(SftStage {
-                    pipeline,
-                    policy,
-                    eval_every: sft.eval_every,
-                })
+            (Some(_), Some(examples)) => Some(examples),
+        };
+        let sft_stage = |start: ActorStart, progress: SftProgress, sft_eval: Vec<SftExample>| {
+            let (Some(sft), Some(examples)) = (&plan.sft, sft_examples) else {
+                return Ok(None);
+            };
+            let policy = Arc::new(match start {
+                ActorStart::Weights(model) => {
+                    let mut trainer = sft.trainer.clone();
+                    trainer.total_steps = Some(
+                        examples.len().div_ceil(sft.pipeline.batch_size) as u64
+                            * u64::from(sft.pipeline.epochs),
+                    );
+                    BurnPolicy::new(model, tokenizer.clone(), trainer, options.clone())?
+                }
+                ActorStart::Checkpoint(dir) => {
+                    BurnPolicy::resume(dir, tokenizer.clone(), options.clone())?
+                }
+            });
+            let pipeline = SftPipeline::new(
+                policy.clone(),
+                tokenizer.clone(),
+                examples,
+                sft.pipeline.clone(),
+            )?
+            .with_eval(sft_eval)?;
+            Ok::<_, Error>(Some(SftStage {
+                pipeline,
+                policy,
+                eval_every: sft.eval_every,
+                save_every: sft.save_every,
+                progress,
+            }))
+        };
+        let sft_eval = std::mem::take(&mut self.sft_eval);
+        let (stage, restored) = match found {
+            None => {
+                let model = source.load_model(&device)?;
+                let stage = match sft_stage(
+                    ActorStart::Weights(model.clone()),
+                    SftProgress::default(),
+                    sft_eval,
+                )? {
+                    Some(sft) => Stage::Sft {
+                        sft,
+                        build_rl: Some(rl),
+                    },
+                    None => {
+                        let (pipeline, actor) = rl(ActorStart::Weights(model))?;
+                        Stage::Rl {
+                            pipeline: Box::new(pipeline),
+                            actor,
+                        }
+                    }
+                };
+                (stage, None)
+            }
+            Some((dir, state)) => {
+                let actor_dir = dir.join(ACTOR);
+                let stage = match state.stage {
+                    StageState::Sft { position, progress } => {
+                        let mut sft = sft_stage(ActorStart::Checkpoint(actor_dir), progress, sft_eval)?
+                            .ok_or_else(|| {
+                                Error::invalid_data(
+                                    "checkpoint",
+                                    format!(
+                                        "{} was taken in an SFT stage, and the config has no \
+                                         `[sft]`",
+                                        dir.display()
+                                    ),
+                                )
+                            })?;
+                        sft.pipeline.resume_at(position)?;
+                        Stage::Sft {
+                            sft,
+                            build_rl: Some(rl),
+                        }
+                    }
+                    StageState::Rl { pipeline: state } => {
+                        let (mut pipeline, actor) = rl(ActorStart::Checkpoint(actor_dir))?;
+                        pipeline.restore(state)?;
+                        Stage::Rl {
+                            pipeline: Box::new(pipeline),
+                            actor,
+                        }
+                    }
+                };
+                tracing::info!(checkpoint = %dir.display(), "resuming");
+                let restored = Restored {
+                    resumed: Resumed {
+                        checkpoint: dir,
+                        skipped,
+                        metrics_lines_dropped: 0,
+                    },
+                    summary: state.summary,
+                    metrics_lines: state.metrics_lines,
+                    elapsed: state.elapsed,
+                };
+                (stage, Some(restored))
             }
         };
         let eval = if self.eval.is_empty() {
@@ -203,23 +290,26 @@ impl RunBuilder {
                 ));
             };
             let map = DomainMap::from_config(domains)?;
-            let mut prompts = self.eval;
+            let mut prompts = std::mem::take(&mut self.eval);
             for p in &mut prompts {
                 map.resolve_prompt(p)?;
             }
             Some(Evaluation { prompts, reward })
         };
-        let config = self.config;
-        Run::start(plan, &config, source, tokenizer, model, sft, rl, eval)
+        Run::start(plan, &self.config, source, tokenizer, stage, eval, restored)
     }
 
     /// The RL stage as a function of the weights it starts from, and the reward that scores
     /// held-out prompts (RLVR only).
+    ///
+    /// A resumed RL stage's reference is the model RL started from: the SFT stage's export
+    /// (`sft_model/`) after a warm start, else the source model.
     fn rl_stage(
         &self,
         plan: &RunPlan,
         tokenizer: Arc<dyn Tokenizer>,
         options: PolicyOptions,
+        source: &HfSource,
     ) -> Result<(BuildRl, Option<Arc<dyn RewardWorker>>)> {
         let (scheduler, reward) = self.scheduler(plan, tokenizer.clone())?;
         let (trainer, algorithm, pipeline) = (
@@ -227,16 +317,39 @@ impl RunBuilder {
             plan.algorithm.clone(),
             plan.pipeline.clone(),
         );
-        let build: BuildRl = Box::new(move |model: CausalLm| {
-            let reference: Option<Arc<dyn Score>> = if algorithm.uses_reference() {
-                Some(Arc::new(BurnReference::new(
+        let rl_start = if plan.sft.is_some() {
+            HfSource::open(plan.run.output_dir.join("sft_model"))
+        } else {
+            Ok(source.clone())
+        };
+        let device = plan.model.device;
+        let build: BuildRl = Box::new(move |start: ActorStart| {
+            let reference = |model: &CausalLm| -> Result<Option<Arc<dyn Score>>> {
+                if !algorithm.uses_reference() {
+                    return Ok(None);
+                }
+                Ok(Some(Arc::new(BurnReference::new(
                     model.clone(),
                     options.clone(),
-                )?))
-            } else {
-                None
+                )?)))
             };
-            let actor = Arc::new(BurnPolicy::new(model, tokenizer, trainer, options)?);
+            let (actor, reference) = match start {
+                ActorStart::Weights(model) => {
+                    let reference = reference(&model)?;
+                    let actor = BurnPolicy::new(model, tokenizer, trainer, options.clone())?;
+                    (actor, reference)
+                }
+                ActorStart::Checkpoint(dir) => {
+                    let reference = if algorithm.uses_reference() {
+                        let model = rl_start?.load_model(&roll_backend_burn::device(device)?)?;
+                        reference(&model)?
+                    } else {
+                        None
+                    };
+                    (BurnPolicy::resume(dir, tokenizer, options.clone())?, reference)
+                }
+            };
+            let actor = Arc::new(actor);
             let mut rl = RlvrPipeline::new(actor.clone(), scheduler, algorithm, pipeline)?;
             if let Some(reference) = reference {
                 rl = rl.with_reference(reference);

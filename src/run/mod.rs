@@ -4,12 +4,14 @@
 //! writing the run directory; [`RunSummary`] is what it did.
 
 mod builder;
+mod checkpoint;
 mod plan;
 mod plots;
 mod runner;
 mod summary;
 
 pub use builder::RunBuilder;
+pub use checkpoint::{Resumed, SkippedCheckpoint};
 pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
 pub use plots::plot_metrics;
 pub use runner::Run;

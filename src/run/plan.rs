@@ -38,6 +38,12 @@ pub struct RunSettings {
     pub eval_every: u64,
     /// The longest greedy answer of an evaluation (`rollout.max_new_tokens`).
     pub eval_max_new_tokens: u32,
+    /// A checkpoint every this many RL steps and after the last; 0: none (`run.save_every`).
+    pub save_every: u64,
+    /// Checkpoints kept (`run.keep_checkpoints`).
+    pub keep_checkpoints: u32,
+    /// Continue from the newest readable checkpoint (`run.resume`).
+    pub resume: bool,
 }
 
 /// The supervised warm start (`[sft]`).
@@ -52,6 +58,8 @@ pub struct SftPlan {
     pub trainer: TrainerConfig,
     /// Held-out loss every this many steps; 0: at the end only (`sft.eval_every`).
     pub eval_every: u64,
+    /// A checkpoint every this many SFT steps; 0: none (`sft.save_every`).
+    pub save_every: u64,
 }
 
 /// Where the actor comes from and how it reads text.
@@ -168,6 +176,9 @@ impl RunPlan {
                 log_every: config.run.log_every,
                 eval_every: config.run.eval_every,
                 eval_max_new_tokens: config.rollout.max_new_tokens,
+                save_every: config.run.save_every,
+                keep_checkpoints: config.run.keep_checkpoints,
+                resume: config.run.resume,
             },
             model: ModelPlan {
                 dir,
@@ -202,6 +213,7 @@ impl RunPlan {
                     },
                     trainer,
                     eval_every: sft.eval_every,
+                    save_every: sft.save_every,
                 }
             }),
         })

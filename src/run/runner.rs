@@ -1,6 +1,9 @@
 //! [`Run`]: the stages of a training run — supervised warm start, held-out evaluation, RL,
 //! export — and the run directory they write.
 
+use super::checkpoint::{
+    self, CHECKPOINTS, CheckpointId, Resumed, RunState, SftProgress, StageKind, StageState,
+};
 use super::plan::RunPlan;
 use super::summary::{EvalPoint, RunSummary, SftSummary};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -16,15 +19,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Builds the RL pipeline and its actor from the weights RL starts with.
+/// Where a stage's actor comes from.
+pub(crate) enum ActorStart {
+    /// These weights, with a fresh optimiser.
+    Weights(CausalLm),
+    /// The actor checkpoint in this directory (weights, optimiser, RNG, step, weight version).
+    Checkpoint(PathBuf),
+}
+
+/// Builds the RL pipeline and its actor.
 pub(crate) type BuildRl =
-    Box<dyn FnOnce(CausalLm) -> Result<(RlvrPipeline, Arc<BurnPolicy>)> + Send>;
+    Box<dyn FnOnce(ActorStart) -> Result<(RlvrPipeline, Arc<BurnPolicy>)> + Send>;
 
 /// The supervised warm start.
 pub(crate) struct SftStage {
     pub pipeline: SftPipeline,
     pub policy: Arc<BurnPolicy>,
     pub eval_every: u64,
+    pub save_every: u64,
+    pub progress: SftProgress,
 }
 
 /// Held-out prompts and the reward that scores them.
@@ -34,7 +47,7 @@ pub(crate) struct Evaluation {
 }
 
 /// Where a run is: fine-tuning (the RL stage waits for its weights) or reinforcement learning.
-enum Stage {
+pub(crate) enum Stage {
     Sft {
         sft: SftStage,
         /// Taken when SFT ends; `None` after a failed build (the run then cannot go on).
@@ -46,10 +59,20 @@ enum Stage {
     },
 }
 
+/// What a resumed run takes from its checkpoint besides the stage.
+pub(crate) struct Restored {
+    pub resumed: Resumed,
+    pub summary: RunSummary,
+    pub metrics_lines: u64,
+    pub elapsed: Duration,
+}
+
 /// Appends lines to `metrics.jsonl`.
 struct Recorder {
     file: std::fs::File,
     path: PathBuf,
+    /// Lines in the file.
+    lines: u64,
     started: Instant,
 }
 
@@ -57,7 +80,16 @@ impl Recorder {
     fn record(&mut self, mut line: Map<String, Value>) -> Result<()> {
         line.insert("time_s".into(), self.started.elapsed().as_secs_f64().into());
         writeln!(self.file, "{}", Value::Object(line))
-            .map_err(io("cannot append to the metrics file", &self.path))
+            .map_err(io("cannot append to the metrics file", &self.path))?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Makes every line so far durable (before a checkpoint counts them).
+    fn sync(&mut self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(io("cannot fsync the metrics file", &self.path))
     }
 }
 
@@ -72,6 +104,19 @@ impl Recorder {
 /// | `sft_model/`, `final_model/` | the exported SFT-stage and final models (HF directories) |
 /// | `plots/` | reward, held-out accuracy, KL, entropy, length, gap, step time, SFT loss |
 /// | `summary.md` | [`RunSummary`] as a table |
+/// | `checkpoints/` | the newest `run.keep_checkpoints` checkpoints (with `run.save_every` or `sft.save_every`) |
+///
+/// # Checkpoints and resume
+/// A checkpoint holds the whole run between two steps: the actor's weights, optimiser moments,
+/// RNG, step and weight version; the SFT dataset position, or the RL pipeline's step, KL
+/// controller, reward moments and prompt position (prompts drawn, prompts to ask again); the
+/// summary so far and how many lines of `metrics.jsonl` it covers. With `run.resume = true` the
+/// run continues from the newest checkpoint that reads back (see the layout and the checks in
+/// the checkpoint module); sampling seeds derive from prompt ids and the run seed, so a
+/// synchronous run (`rollout.max_staleness = 0`) resumed asks the same prompts with the same
+/// seeds and trains to the same weights as one never stopped. An asynchronous run's
+/// checkpoint lists the prompts in flight as pending: they are generated again, on the resumed
+/// weights.
 pub struct Run {
     plan: RunPlan,
     source: HfSource,
@@ -81,6 +126,7 @@ pub struct Run {
     recorder: Recorder,
     summary: RunSummary,
     started: Instant,
+    resumed: Option<Resumed>,
 }
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
@@ -93,16 +139,14 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error
 }
 
 impl Run {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         plan: RunPlan,
         config: &Config,
         source: HfSource,
         tokenizer: Arc<dyn Tokenizer>,
-        model: CausalLm,
-        sft: Option<SftStage>,
-        build_rl: BuildRl,
+        stage: Stage,
         eval: Option<Evaluation>,
+        restored: Option<Restored>,
     ) -> Result<Self> {
         let dir = plan.run.output_dir.clone();
         std::fs::create_dir_all(&dir).map_err(io("cannot create the run directory", &dir))?;
@@ -119,31 +163,40 @@ impl Run {
             std::fs::write(&path, text).map_err(io("cannot write the held-out prompts", &path))?;
         }
         let path = dir.join("metrics.jsonl");
-        let file =
-            std::fs::File::create(&path).map_err(io("cannot create the metrics file", &path))?;
-        let started = Instant::now();
+        let (summary, started, resumed, lines) = match restored {
+            Some(mut r) => {
+                r.resumed.metrics_lines_dropped =
+                    checkpoint::truncate_metrics(&path, r.metrics_lines)?;
+                let started = Instant::now()
+                    .checked_sub(r.elapsed)
+                    .unwrap_or_else(Instant::now);
+                (r.summary, started, Some(r.resumed), r.metrics_lines)
+            }
+            None => (
+                RunSummary {
+                    name: plan.run.name.clone(),
+                    run_dir: dir,
+                    ..RunSummary::default()
+                },
+                Instant::now(),
+                None,
+                0,
+            ),
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io("cannot open the metrics file", &path))?;
+        if resumed.is_none() {
+            file.set_len(0)
+                .map_err(io("cannot truncate the metrics file", &path))?;
+        }
         let recorder = Recorder {
             file,
             path,
+            lines,
             started,
-        };
-        let stage = match sft {
-            Some(sft) => Stage::Sft {
-                sft,
-                build_rl: Some(build_rl),
-            },
-            None => {
-                let (pipeline, actor) = build_rl(model)?;
-                Stage::Rl {
-                    pipeline: Box::new(pipeline),
-                    actor,
-                }
-            }
-        };
-        let summary = RunSummary {
-            name: plan.run.name.clone(),
-            run_dir: dir,
-            ..RunSummary::default()
         };
         Ok(Self {
             plan,
@@ -154,7 +207,13 @@ impl Run {
             recorder,
             summary,
             started,
+            resumed,
         })
+    }
+
+    /// The checkpoint this run resumed from (with `run.resume` and a checkpoint to resume).
+    pub fn resumed(&self) -> Option<&Resumed> {
+        self.resumed.as_ref()
     }
 
     /// The settings every component was built from.
@@ -195,28 +254,34 @@ impl Run {
     }
 
     /// Runs the supervised warm start to its end (nothing without `[sft]`, or once it has run):
-    /// every step is a line of `metrics.jsonl`; then the held-out loss, the export to
-    /// `sft_model/`, a held-out evaluation (`after SFT`), and the RL stage is built on the
-    /// fine-tuned weights.
+    /// every step is a line of `metrics.jsonl` (a checkpoint every `sft.save_every` steps); then
+    /// the held-out loss, the export to `sft_model/`, a held-out evaluation (`after SFT`), and
+    /// the RL stage is built on the fine-tuned weights (and checkpointed, with
+    /// `run.save_every`).
     ///
     /// # Errors
     /// The SFT pipeline's errors, or a file that cannot be written.
     pub async fn sft(&mut self) -> Result<Option<SftSummary>> {
+        if !matches!(self.stage, Stage::Sft { .. }) {
+            return Ok(None);
+        }
+        self.sft_steps().await?;
         let Stage::Sft { sft, .. } = &mut self.stage else {
             return Ok(None);
         };
-        // A finished pipeline means an earlier call trained it and failed later (export,
-        // evaluation, building RL): only what follows is retried.
-        let summary = if sft.pipeline.is_done() {
-            None
-        } else {
-            let summary = run_sft(sft, &mut self.recorder).await?;
+        // Set once the export and the evaluation are done: an earlier call that failed after
+        // them (building RL) retries only what follows.
+        let summary = if self.summary.sft.is_none() {
+            let eval_loss = sft.pipeline.eval_loss().await?;
+            let summary = sft.progress.summary(eval_loss);
             let out = self.plan.run.output_dir.join("sft_model");
             self.export(&out)?;
             self.summary.exports.push(("after SFT".into(), out));
-            self.summary.sft = Some(summary.clone());
             self.evaluate("after SFT").await?;
+            self.summary.sft = Some(summary.clone());
             Some(summary)
+        } else {
+            None
         };
         let Stage::Sft { sft, build_rl, .. } = &mut self.stage else {
             return Ok(summary);
@@ -227,12 +292,114 @@ impl Run {
                 "building the RL stage failed before; start a new run",
             )
         })?;
-        let (pipeline, actor) = build(sft.policy.model()?)?;
+        let (pipeline, actor) = build(ActorStart::Weights(sft.policy.model()?))?;
         self.stage = Stage::Rl {
             pipeline: Box::new(pipeline),
             actor,
         };
+        if self.plan.run.save_every > 0 {
+            self.save_checkpoint()?;
+        }
         Ok(summary)
+    }
+
+    /// The SFT stage's steps from where it is to the end of its dataset.
+    async fn sft_steps(&mut self) -> Result<()> {
+        let Stage::Sft { sft, .. } = &self.stage else {
+            return Ok(());
+        };
+        let total = sft.pipeline.total_steps();
+        let bar = progress(total, "SFT");
+        bar.set_position(sft.pipeline.position().step);
+        loop {
+            let Stage::Sft { sft, .. } = &mut self.stage else {
+                break;
+            };
+            if sft.pipeline.is_done() {
+                break;
+            }
+            let started = Instant::now();
+            if sft.progress.eval_loss_start.is_none() {
+                sft.progress.eval_loss_start = Some(sft.pipeline.eval_loss().await?);
+            }
+            let report = sft.pipeline.step().await?;
+            sft.progress.losses.push(report.loss);
+            let mut line = Map::new();
+            line.insert("stage".into(), "sft".into());
+            line.insert("step".into(), report.step.into());
+            line.insert("epoch".into(), report.epoch.into());
+            line.insert("tokens".into(), report.tokens.into());
+            line.insert("step_s".into(), report.time.as_secs_f64().into());
+            for (k, v) in &report.metrics {
+                line.insert(k.clone(), (*v).into());
+            }
+            let done = report.step + 1;
+            if sft.eval_every > 0 && done % sft.eval_every == 0 && done < total {
+                let loss = sft.pipeline.eval_loss().await?;
+                line.insert("eval_loss".into(), loss.into());
+                bar.println(format!("[SFT] step {done}: held-out loss {loss:.4}"));
+            }
+            sft.progress.elapsed += started.elapsed();
+            let save = sft.save_every > 0 && done % sft.save_every == 0;
+            self.recorder.record(line)?;
+            bar.set_message(format!("loss {:.4}", report.loss));
+            bar.inc(1);
+            if save {
+                bar.suspend(|| self.save_checkpoint())?;
+            }
+        }
+        bar.finish_and_clear();
+        Ok(())
+    }
+
+    /// Saves a checkpoint of the run as it is now (between two steps) under
+    /// `<run.output_dir>/checkpoints/`, keeping the newest `run.keep_checkpoints`; returns its
+    /// directory.
+    ///
+    /// # Errors
+    /// A file that cannot be written, or a scheduler that cannot be checkpointed (the
+    /// agentic one, today).
+    pub fn save_checkpoint(&mut self) -> Result<PathBuf> {
+        let (id, stage, actor) = match &self.stage {
+            Stage::Sft { sft, .. } => {
+                let position = sft.pipeline.position();
+                (
+                    CheckpointId {
+                        stage: StageKind::Sft,
+                        step: position.step,
+                    },
+                    StageState::Sft {
+                        position,
+                        progress: sft.progress.clone(),
+                    },
+                    sft.policy.clone(),
+                )
+            }
+            Stage::Rl { pipeline, actor } => (
+                CheckpointId {
+                    stage: StageKind::Rl,
+                    step: pipeline.steps_taken(),
+                },
+                StageState::Rl {
+                    pipeline: pipeline.state()?,
+                },
+                actor.clone(),
+            ),
+        };
+        self.recorder.sync()?;
+        let state = RunState::new(
+            stage,
+            self.summary.clone(),
+            self.recorder.lines,
+            self.started.elapsed(),
+        );
+        let root = self.plan.run.output_dir.join(CHECKPOINTS);
+        let dir = checkpoint::save(&root, id, &state, self.plan.run.keep_checkpoints, |dir| {
+            actor.save_checkpoint(dir)?;
+            Ok(())
+        })?;
+        tracing::info!(checkpoint = %dir.display(), "checkpoint saved");
+        Ok(dir)
     }
 
     /// Answers the held-out prompts greedily with the current actor and records the accuracy
@@ -337,10 +504,10 @@ impl Run {
         } else if self.summary.evals.is_empty() && self.steps_taken() == 0 {
             self.evaluate("base").await?;
         }
-        let rl_start = Instant::now();
         let bar = progress(self.plan.run.max_steps, "RL");
         bar.set_position(self.steps_taken());
         while self.steps_taken() < self.plan.run.max_steps {
+            let started = Instant::now();
             let report = self.step().await?;
             let done = report.step + 1;
             bar.set_message(format!(
@@ -356,9 +523,13 @@ impl Run {
             if every > 0 && done % every == 0 && done < self.plan.run.max_steps {
                 self.evaluate(&format!("RL step {done}")).await?;
             }
+            self.summary.rl_time += started.elapsed();
+            let save = self.plan.run.save_every;
+            if save > 0 && (done % save == 0 || done == self.plan.run.max_steps) {
+                bar.suspend(|| self.save_checkpoint())?;
+            }
         }
         bar.finish_and_clear();
-        self.summary.rl_time = rl_start.elapsed();
         self.evaluate("after RL").await?;
         let out = self.plan.run.output_dir.join("final_model");
         self.export(&out)?;
@@ -370,49 +541,6 @@ impl Run {
             .map_err(io("cannot write the run summary", &path))?;
         Ok(self.summary.clone())
     }
-}
-
-/// The SFT stage from its first step to its held-out loss; each step a line of metrics.
-async fn run_sft(stage: &mut SftStage, recorder: &mut Recorder) -> Result<SftSummary> {
-    let start = Instant::now();
-    let eval_loss_start = stage.pipeline.eval_loss().await?;
-    let total = stage.pipeline.total_steps();
-    let bar = progress(total, "SFT");
-    let mut losses = Vec::new();
-    while !stage.pipeline.is_done() {
-        let report = stage.pipeline.step().await?;
-        losses.push(report.loss);
-        let mut line = Map::new();
-        line.insert("stage".into(), "sft".into());
-        line.insert("step".into(), report.step.into());
-        line.insert("epoch".into(), report.epoch.into());
-        line.insert("tokens".into(), report.tokens.into());
-        line.insert("step_s".into(), report.time.as_secs_f64().into());
-        for (k, v) in &report.metrics {
-            line.insert(k.clone(), (*v).into());
-        }
-        let done = report.step + 1;
-        if stage.eval_every > 0 && done % stage.eval_every == 0 && done < total {
-            let loss = stage.pipeline.eval_loss().await?;
-            line.insert("eval_loss".into(), loss.into());
-            bar.println(format!("[SFT] step {done}: held-out loss {loss:.4}"));
-        }
-        recorder.record(line)?;
-        bar.set_message(format!("loss {:.4}", report.loss));
-        bar.inc(1);
-    }
-    let eval_loss = stage.pipeline.eval_loss().await?;
-    bar.finish_with_message(format!("held-out loss {eval_loss:.4}"));
-    let k = (losses.len() / 10).max(1);
-    let mean = |l: &[f64]| l.iter().sum::<f64>() / l.len().max(1) as f64;
-    Ok(SftSummary {
-        steps: losses.len() as u64,
-        loss_first: mean(&losses[..k.min(losses.len())]),
-        loss_last: mean(&losses[losses.len().saturating_sub(k)..]),
-        eval_loss_start,
-        eval_loss,
-        time: start.elapsed(),
-    })
 }
 
 fn progress(len: u64, what: &str) -> ProgressBar {

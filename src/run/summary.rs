@@ -1,12 +1,14 @@
 //! [`RunSummary`]: what a run did, as numbers and as the `summary.md` table.
 
 use roll_core::pipeline::StepReport;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+
 /// One held-out evaluation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalPoint {
     /// When it ran: `base`, `after SFT`, `RL step N`, `after RL`.
     pub label: String,
@@ -23,7 +25,7 @@ pub struct EvalPoint {
 }
 
 /// The SFT stage.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SftSummary {
     /// Optimiser steps.
     pub steps: u64,
@@ -39,8 +41,37 @@ pub struct SftSummary {
     pub time: Duration,
 }
 
+/// Where the supervised stage is, beyond its dataset position: what its summary is computed
+/// from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SftProgress {
+    /// Every step's training loss so far.
+    pub losses: Vec<f64>,
+    /// The held-out loss before the first step (`None` until measured).
+    pub eval_loss_start: Option<f64>,
+    /// Time spent in the stage so far.
+    pub elapsed: Duration,
+}
+
+impl SftProgress {
+    /// The stage's summary, with the held-out loss at its end.
+    pub(crate) fn summary(&self, eval_loss: f64) -> SftSummary {
+        let losses = &self.losses;
+        let k = (losses.len() / 10).max(1);
+        let mean = |l: &[f64]| l.iter().sum::<f64>() / l.len().max(1) as f64;
+        SftSummary {
+            steps: losses.len() as u64,
+            loss_first: mean(&losses[..k.min(losses.len())]),
+            loss_last: mean(&losses[losses.len().saturating_sub(k)..]),
+            eval_loss_start: self.eval_loss_start.unwrap_or(f64::NAN),
+            eval_loss,
+            time: self.elapsed,
+        }
+    }
+}
+
 /// A whole run: stages, evaluations, exports.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RunSummary {
     /// `run.name`.
     pub name: String,

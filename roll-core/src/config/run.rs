@@ -7,10 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::check::Checker;
 use crate::Result;
 
-/// `[run]`: name, seed, length, outputs and logging cadence of a run.
-///
-/// (Checkpoint cadence and resume are not keys yet: a key exists only when the code that runs
-/// reads it.)
+/// `[run]`: name, seed, length, outputs, checkpoints and logging cadence of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
@@ -34,6 +31,17 @@ pub struct RunConfig {
     /// first and after the last; `0`: only those two. Needs held-out prompts (the run builder's
     /// `eval_prompts`). Default `0`. ROLL: `eval_steps`.
     pub eval_every: u64,
+    /// Save a checkpoint of the whole run (weights, optimiser, data position, RNGs, controller
+    /// state, metrics so far) to `<output_dir>/checkpoints/` every this many RL steps and after
+    /// the last; `0`: never. Default `0`. ROLL: `save_steps`.
+    pub save_every: u64,
+    /// Complete checkpoints kept; older ones are deleted once a newer one is written (>= 1).
+    /// Default `2` (one to fall back to if the newest turns out unreadable). ROLL:
+    /// `max_ckpt_to_keep`.
+    pub keep_checkpoints: u32,
+    /// Continue from the newest readable checkpoint in `<output_dir>/checkpoints/` (a fresh
+    /// start when there is none). Default `false`. ROLL: `resume_from_checkpoint`.
+    pub resume: bool,
 }
 
 impl Default for RunConfig {
@@ -45,6 +53,9 @@ impl Default for RunConfig {
             output_dir: PathBuf::from("./output"),
             log_every: 1,
             eval_every: 0,
+            save_every: 0,
+            keep_checkpoints: 2,
+            resume: false,
         }
     }
 }
@@ -60,7 +71,8 @@ impl RunConfig {
             "\"\"",
             "a non-empty path",
         )?;
-        c.at_least("log_every", self.log_every, 1)
+        c.at_least("log_every", self.log_every, 1)?;
+        c.at_least("keep_checkpoints", self.keep_checkpoints.into(), 1)
     }
 }
 

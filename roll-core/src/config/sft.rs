@@ -30,6 +30,9 @@ pub struct SftSection {
     pub shuffle: bool,
     /// Compute the held-out loss every this many steps (0: only at the end). Default `0`.
     pub eval_every: u64,
+    /// Save a checkpoint of the run every this many SFT steps (0: never during SFT; see
+    /// `run.save_every` for what one holds and `run.resume` for continuing). Default `0`.
+    pub save_every: u64,
 }
 
 impl Default for SftSection {
@@ -42,6 +45,7 @@ impl Default for SftSection {
             lr_schedule: LrSchedule::Constant {},
             shuffle: true,
             eval_every: 0,
+            save_every: 0,
         }
     }
 }

@@ -16,5 +16,5 @@ mod sft;
 pub use batch_builder::{BatchInputs, BatchStats, build_train_batch};
 pub use eval::{EvalOutcome, EvalReport, evaluate};
 pub use report::StepReport;
-pub use rlvr::{RlvrPipeline, RlvrPipelineConfig};
+pub use rlvr::{PipelineState, RlvrPipeline, RlvrPipelineConfig};
 pub use sft::{SftConfig, SftExample, SftPipeline, SftPosition, SftStepReport};

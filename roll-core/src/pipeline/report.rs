@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// The outcome of one step: what was generated, how it scored, what training did.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct StepReport {
     /// Step index, from 0.
     pub step: u64,

@@ -4,10 +4,12 @@ use super::{BatchInputs, StepReport, build_train_batch};
 use crate::policy::{
     Critic, Generate, Objective, Score, ScoreKernels, ScoreRequest, ScoreSequence,
 };
+use crate::scheduler::SchedulerState;
 use crate::{Error, Group, Policy, Result, Sample, SampleId, Scheduler, WeightVersion};
 use roll_algos::AlgorithmConfig;
 use roll_algos::kl::KlControllerState;
 use roll_algos::shaping::DomainMoments;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,6 +56,22 @@ impl RlvrPipelineConfig {
             critic_warmup: config.train.critic_warmup,
         }
     }
+}
+
+/// Everything of an [`RlvrPipeline`] a resumed run needs besides the policies' own checkpoints:
+/// the step counter, the adaptive KL controller, the running reward moments and the
+/// scheduler's position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineState {
+    /// Steps taken.
+    pub step: u64,
+    /// The KL controller's coefficient and history.
+    pub kl: KlControllerState,
+    /// Running reward moments per domain (reward normalisation).
+    pub moments: DomainMoments,
+    /// Where the scheduler is in its prompts.
+    pub scheduler: SchedulerState,
 }
 
 /// One RL step after another: the scheduler delivers rewarded groups; reference log-probs and
@@ -126,6 +144,31 @@ impl RlvrPipeline {
     /// The number of steps taken.
     pub fn steps_taken(&self) -> u64 {
         self.step
+    }
+
+    /// The pipeline's state between two steps, for a checkpoint (the actor saves its own).
+    ///
+    /// # Errors
+    /// If the scheduler cannot be checkpointed.
+    pub fn state(&self) -> Result<PipelineState> {
+        Ok(PipelineState {
+            step: self.step,
+            kl: self.kl,
+            moments: self.moments.clone(),
+            scheduler: self.scheduler.save_state()?,
+        })
+    }
+
+    /// Continues from `state` (of a pipeline built the same way), before the first step.
+    ///
+    /// # Errors
+    /// If the scheduler cannot restore its part.
+    pub fn restore(&mut self, state: PipelineState) -> Result<()> {
+        self.scheduler.restore_state(state.scheduler)?;
+        self.step = state.step;
+        self.kl = state.kl;
+        self.moments = state.moments;
+        Ok(())
     }
 
     /// Runs one step.
@@ -251,6 +294,9 @@ impl RlvrPipeline {
             stats.samples_filtered as f64 / f64::from(n),
         );
         add("rollout/max_staleness", stats.max_staleness as f64);
+        for (lag, count) in stats.staleness_counts.iter().enumerate() {
+            add(&format!("rollout/staleness_{lag}"), *count as f64);
+        }
         add(
             "rollout/mean_staleness",
             stats.total_staleness as f64 / f64::from(n),

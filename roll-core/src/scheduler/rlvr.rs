@@ -1,6 +1,6 @@
 //! The RLVR scheduler: sample-level rollout of single-turn prompts.
 
-use super::{GroupFilter, RolloutBatch, RolloutStats, Scheduler, sample_seed};
+use super::{GroupFilter, RolloutBatch, RolloutStats, Scheduler, SchedulerState, sample_seed};
 use crate::policy::Generate;
 use crate::tokenizer::{Tokenizer, encode_prompt};
 use crate::{
@@ -100,6 +100,8 @@ pub struct RlvrScheduler {
     tokenizer: Arc<dyn Tokenizer>,
     reward: Arc<dyn RewardWorker>,
     prompts: Box<dyn Iterator<Item = Prompt> + Send>,
+    /// Prompts taken from `prompts` so far.
+    prompts_drawn: u64,
     /// Prompts whose groups were aborted when a synchronous batch closed: started again, before
     /// any new prompt, so no prompt of the dataset is skipped.
     requeued: VecDeque<Arc<Prompt>>,
@@ -146,6 +148,7 @@ impl RlvrScheduler {
             tokenizer,
             reward,
             prompts: Box::new(prompts),
+            prompts_drawn: 0,
             requeued: VecDeque::new(),
             filter: None,
             tasks: JoinSet::new(),
@@ -183,7 +186,10 @@ impl RlvrScheduler {
         let prompt = match self.requeued.pop_front() {
             Some(p) => p,
             None => match self.prompts.next() {
-                Some(p) => Arc::new(p),
+                Some(p) => {
+                    self.prompts_drawn += 1;
+                    Arc::new(p)
+                }
                 None => return false,
             },
         };
@@ -456,7 +462,57 @@ impl Scheduler for RlvrScheduler {
                 self.requeued.push_back(g.prompt().clone());
             }
         }
+        // Completion order depends on timing; the batch's order does not, so that the same
+        // groups train the same way (summation order included) in a rerun or a resumed run.
+        groups.sort_by_key(Group::id);
         stats.record_staleness(&groups, current);
         Ok(RolloutBatch { groups, stats })
+    }
+
+    fn save_state(&self) -> Result<SchedulerState> {
+        let mut in_flight: Vec<(GroupId, &Arc<Prompt>)> = self
+            .open
+            .iter()
+            .map(|(id, g)| (*id, &g.prompt))
+            .chain(self.ready.iter().map(|g| (g.id(), g.prompt())))
+            .collect();
+        in_flight.sort_by_key(|(id, _)| *id);
+        let pending = self
+            .requeued
+            .iter()
+            .chain(in_flight.into_iter().map(|(_, p)| p))
+            .map(|p| Prompt::clone(p))
+            .collect();
+        Ok(SchedulerState {
+            prompts_drawn: self.prompts_drawn,
+            pending,
+            next_group: self.next_group,
+            next_sample: self.next_sample,
+        })
+    }
+
+    fn restore_state(&mut self, state: SchedulerState) -> Result<()> {
+        if self.prompts_drawn != 0 || self.next_group != 0 || !self.tasks.is_empty() {
+            return Err(Error::invalid_data(
+                "checkpoint",
+                "a scheduler state is restored before the first batch",
+            ));
+        }
+        for drawn in 0..state.prompts_drawn {
+            if self.prompts.next().is_none() {
+                return Err(Error::invalid_data(
+                    "checkpoint",
+                    format!(
+                        "the prompt source ends after {drawn} prompts; the saved run had drawn {}",
+                        state.prompts_drawn
+                    ),
+                ));
+            }
+        }
+        self.prompts_drawn = state.prompts_drawn;
+        self.requeued = state.pending.into_iter().map(Arc::new).collect();
+        self.next_group = state.next_group;
+        self.next_sample = state.next_sample;
+        Ok(())
     }
 }
