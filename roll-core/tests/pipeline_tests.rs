@@ -278,3 +278,42 @@ async fn echo_env_episode_records_turns_masks_and_rewards() {
     .unwrap();
     assert_eq!(again.response(), traj.response());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_state_accounts_for_every_drawn_prompt_and_restores_the_position() {
+    let policy = || -> Arc<dyn Generate> {
+        Arc::new(
+            MockPolicy::new(vec![u32::from(b'x')], None)
+                .unwrap()
+                .with_token_delay(Duration::from_millis(1)),
+        )
+    };
+    let mut config = scheduler_config(2, 2);
+    config.oversample_prompts = 4;
+    let reward = Arc::new(ConstantReward(1.0));
+    let mut a = scheduler(policy(), reward.clone(), config.clone());
+    let first = a.next_batch(WeightVersion(0)).await.unwrap();
+    let state = a.save_state().unwrap();
+    // Every prompt drawn so far was trained on or waits to be asked again; none is lost.
+    let trained: Vec<u64> = first.groups.iter().map(|g| g.prompt().id.0).collect();
+    let pending: Vec<u64> = state.pending.iter().map(|p| p.id.0).collect();
+    assert!(!pending.is_empty(), "oversampled prompts were re-queued");
+    let mut all: Vec<u64> = trained.iter().chain(&pending).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..state.prompts_drawn).collect::<Vec<_>>());
+
+    // A scheduler restored from the state is at the same position: it saves the same state,
+    // and asks pending or new prompts, never a trained one again.
+    let mut b = scheduler(policy(), reward, config);
+    b.restore_state(state.clone()).unwrap();
+    assert_eq!(b.save_state().unwrap(), state);
+    let second = b.next_batch(WeightVersion(0)).await.unwrap();
+    let ids: Vec<u64> = second.groups.iter().map(|g| g.prompt().id.0).collect();
+    assert!(
+        ids.iter()
+            .all(|id| pending.contains(id) || *id >= state.prompts_drawn),
+        "{ids:?}: trained {trained:?}, pending {pending:?}"
+    );
+    // Restoring twice, or after a batch, is refused.
+    assert!(b.restore_state(state).is_err());
+}

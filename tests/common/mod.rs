@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test crate uses its own part of these helpers
 //! What the facade's integration tests share: the fixture, a fresh output directory, and the
 //! toy verifiable reward.
 

@@ -277,7 +277,10 @@ impl RlvrScheduler {
         if open.done.is_empty() {
             return;
         }
-        match Group::new(group, open.prompt, open.done) {
+        let mut done = open.done;
+        // In sample order, not completion order: a rerun trains on the same batch.
+        done.sort_by_key(|s| s.id);
+        match Group::new(group, open.prompt, done) {
             Ok(g) => {
                 let keep = match &self.filter {
                     Some(f) => f.keep(&g),
