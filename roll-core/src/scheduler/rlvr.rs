@@ -454,7 +454,15 @@ impl Scheduler for RlvrScheduler {
             }
             self.wait_one(&mut stats).await;
         }
-        if self.config.max_staleness == 0 {
+        if self.config.max_staleness > 0 {
+            // Refill before returning: the engine generates the next batches' rollouts (on the
+            // weights of this step, one version behind the next) while the trainer trains on
+            // this one. Starting them only at the next call would leave the engine idle during
+            // training.
+            while !exhausted && self.open.len() + self.ready.len() < self.target_in_flight() {
+                exhausted = !self.start_prompt(&mut stats);
+            }
+        } else {
             self.abort_all(&mut stats).await;
             // Groups that finished beyond the batch are off-policy after this step's update:
             // synchronous training discards their samples and asks their prompts again.
