@@ -317,3 +317,36 @@ async fn scheduler_state_accounts_for_every_drawn_prompt_and_restores_the_positi
     // Restoring twice, or after a batch, is refused.
     assert!(b.restore_state(state).is_err());
 }
+
+/// Answers after `delay`: a reward worker that hangs for a while.
+struct SlowReward(Duration);
+
+#[async_trait::async_trait]
+impl RewardWorker for SlowReward {
+    async fn score(&self, _sample: &Sample) -> roll_core::Result<roll_core::Reward> {
+        tokio::time::sleep(self.0).await;
+        Ok(roll_core::Reward::new(1.0))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_reports_reward_calls_waiting_past_its_bound() {
+    let policy: Arc<dyn Generate> = Arc::new(MockPolicy::digits());
+    let mut config = scheduler_config(1, 2);
+    config.hang_warning = Some(Duration::from_millis(20));
+    let slow = Arc::new(SlowReward(Duration::from_millis(150)));
+    let mut s = scheduler(policy.clone(), slow.clone(), config.clone());
+    let batch = s.next_batch(WeightVersion(0)).await.unwrap();
+    assert_eq!(batch.groups.len(), 1, "a slow call is reported, not dropped");
+    assert!(
+        batch.stats.calls_overdue >= 2,
+        "both rewards waited past 20 ms: {:?}",
+        batch.stats
+    );
+    // Fast calls, or no watchdog: nothing reported.
+    let mut s = scheduler(policy.clone(), Arc::new(ConstantReward(1.0)), config.clone());
+    assert_eq!(s.next_batch(WeightVersion(0)).await.unwrap().stats.calls_overdue, 0);
+    config.hang_warning = None;
+    let mut s = scheduler(policy, slow, config);
+    assert_eq!(s.next_batch(WeightVersion(0)).await.unwrap().stats.calls_overdue, 0);
+}

@@ -281,32 +281,38 @@ impl Config {
                     (
                         "rollout.prompts_per_step",
                         r.prompts_per_step != defaults.prompts_per_step,
-                        r.prompts_per_step,
+                        u64::from(r.prompts_per_step),
                         "`agentic.num_groups`",
                     ),
                     (
                         "rollout.group_size",
                         r.group_size != defaults.group_size,
-                        r.group_size,
+                        u64::from(r.group_size),
                         "`agentic.group_size`",
                     ),
                     (
                         "rollout.oversample_prompts",
                         r.oversample_prompts != defaults.oversample_prompts,
-                        r.oversample_prompts,
+                        u64::from(r.oversample_prompts),
                         "`agentic.group_size_redundancy`",
                     ),
                     (
                         "rollout.max_new_tokens",
                         r.max_new_tokens != defaults.max_new_tokens,
-                        r.max_new_tokens,
+                        u64::from(r.max_new_tokens),
                         "`agentic.max_tokens_per_turn`",
                     ),
                     (
                         "rollout.max_staleness",
                         r.max_staleness != defaults.max_staleness,
-                        r.max_staleness,
+                        u64::from(r.max_staleness),
                         "0: the agentic scheduler is synchronous",
+                    ),
+                    (
+                        "rollout.hang_warning_s",
+                        r.hang_warning_s != defaults.hang_warning_s,
+                        r.hang_warning_s,
+                        "the environment's own timeouts (the agentic scheduler has no watchdog)",
                     ),
                 ];
                 for (key, set, value, instead) in rlvr_only {

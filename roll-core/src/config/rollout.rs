@@ -31,6 +31,9 @@ pub struct RolloutConfig {
     pub max_running_requests: u32,
     /// How the next token is chosen.
     pub sampling: SamplingConfig,
+    /// Name in the log (a warning) every generation or reward call that has waited longer than
+    /// this many seconds, with how long it has waited; `0`: off. Default `120`.
+    pub hang_warning_s: u64,
 }
 
 impl Default for RolloutConfig {
@@ -43,6 +46,7 @@ impl Default for RolloutConfig {
             oversample_prompts: 0,
             max_running_requests: 128,
             sampling: SamplingConfig::default(),
+            hang_warning_s: 120,
         }
     }
 }

@@ -282,6 +282,7 @@ impl RlvrPipeline {
         add("rollout/samples_failed", stats.samples_failed as f64);
         add("rollout/samples_aborted", stats.samples_aborted as f64);
         add("rollout/prompts_requeued", stats.prompts_requeued as f64);
+        add("rollout/calls_overdue", stats.calls_overdue as f64);
         // Generation spent per sample trained on: kept samples plus those discarded after
         // generating (aborted at batch close, or finished in an incomplete group). Groups the
         // dynamic filter drops are the algorithm's choice, counted apart.

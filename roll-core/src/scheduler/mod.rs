@@ -7,10 +7,12 @@
 mod filter;
 mod rlvr;
 mod seed;
+mod watchdog;
 
 pub use filter::GroupFilter;
 pub use rlvr::{RlvrScheduler, RlvrSchedulerConfig};
 pub use seed::sample_seed;
+pub use watchdog::{Overdue, WatchGuard, Watchdog};
 
 use crate::{Error, Group, Prompt, Result, WeightVersion};
 use async_trait::async_trait;
@@ -32,6 +34,8 @@ pub struct RolloutStats {
     pub samples_wasted: u64,
     /// Prompts whose groups were aborted when the batch closed and that start again next step.
     pub prompts_requeued: u64,
+    /// Generation or reward calls the watchdog reported as waiting past its bound.
+    pub calls_overdue: u64,
     /// Samples dropped because their reward worker (or environment) failed.
     pub samples_failed: u64,
     /// Groups dropped by the dynamic filter (no learning signal).

@@ -1,6 +1,8 @@
 //! The RLVR scheduler: sample-level rollout of single-turn prompts.
 
-use super::{GroupFilter, RolloutBatch, RolloutStats, Scheduler, SchedulerState, sample_seed};
+use super::{
+    GroupFilter, RolloutBatch, RolloutStats, Scheduler, SchedulerState, Watchdog, sample_seed,
+};
 use crate::policy::Generate;
 use crate::tokenizer::{Tokenizer, encode_prompt};
 use crate::{
@@ -30,6 +32,9 @@ pub struct RlvrSchedulerConfig {
     pub sampling: SamplingParams,
     /// Run seed; each sample's sampling seed derives from it, the prompt id and the sample index.
     pub seed: u64,
+    /// Log a warning naming each generation or reward call that waits longer than this
+    /// ([`Watchdog`]); `None`: no watchdog.
+    pub hang_warning: Option<std::time::Duration>,
 }
 
 impl Default for RlvrSchedulerConfig {
@@ -41,6 +46,7 @@ impl Default for RlvrSchedulerConfig {
             max_staleness: 0,
             sampling: SamplingParams::default(),
             seed: 42,
+            hang_warning: None,
         }
     }
 }
@@ -67,6 +73,8 @@ impl RlvrSchedulerConfig {
                 seed: None,
             },
             seed: crate::rng::derive_seed(config.run.seed, "rollout"),
+            hang_warning: (rollout.hang_warning_s > 0)
+                .then(|| std::time::Duration::from_secs(rollout.hang_warning_s)),
         }
     }
 }
@@ -114,6 +122,7 @@ pub struct RlvrScheduler {
     next_sample: u64,
     consecutive_failures: usize,
     last_error: Option<Error>,
+    watchdog: Option<Arc<Watchdog>>,
 }
 
 impl RlvrScheduler {
@@ -142,6 +151,7 @@ impl RlvrScheduler {
                 });
             }
         }
+        let watchdog = config.hang_warning.map(Watchdog::new);
         Ok(Self {
             config,
             policy,
@@ -159,6 +169,7 @@ impl RlvrScheduler {
             next_sample: 0,
             consecutive_failures: 0,
             last_error: None,
+            watchdog,
         })
     }
 
@@ -227,11 +238,15 @@ impl RlvrScheduler {
             self.next_sample += 1;
             let (policy, reward, prompt) =
                 (self.policy.clone(), self.reward.clone(), prompt.clone());
+            let watchdog = self.watchdog.clone();
             let task = self.tasks.spawn(async move {
-                (
+                let sample = SampleTask {
+                    prompt,
                     group,
-                    run_sample(&*policy, &*reward, prompt, group, id, request).await,
-                )
+                    id,
+                    watchdog,
+                };
+                (group, sample.run(&*policy, &*reward, request).await)
             });
             self.task_groups.insert(task.id(), group);
         }
@@ -305,7 +320,21 @@ impl RlvrScheduler {
     }
 
     async fn wait_one(&mut self, stats: &mut RolloutStats) {
-        let Some(joined) = self.tasks.join_next_with_id().await else {
+        let joined = loop {
+            let Some(watchdog) = &self.watchdog else {
+                break self.tasks.join_next_with_id().await;
+            };
+            // `join_next` is cancel-safe: a timeout loses no finished task.
+            let wait = tokio::time::timeout(
+                watchdog.poll_interval(),
+                self.tasks.join_next_with_id(),
+            );
+            match wait.await {
+                Ok(joined) => break joined,
+                Err(_) => stats.calls_overdue += watchdog.overdue().len() as u64,
+            }
+        };
+        let Some(joined) = joined else {
             return;
         };
         match joined {
@@ -347,38 +376,61 @@ impl RlvrScheduler {
     }
 }
 
-async fn run_sample(
-    policy: &dyn Generate,
-    reward: &dyn RewardWorker,
+/// One sample's generation and reward, watched.
+struct SampleTask {
     prompt: Arc<Prompt>,
     group: GroupId,
     id: SampleId,
-    request: GenerationRequest,
-) -> Outcome {
-    let prompt_ids = request.prompt_ids.clone();
-    let generation = match policy.generate(request).await {
-        Ok(g) => g,
-        Err(e) => return Outcome::Failed(e),
-    };
-    if generation.finish_reason == FinishReason::Abort {
-        return Outcome::Aborted(generation.token_ids.len());
+    watchdog: Option<Arc<Watchdog>>,
+}
+
+impl SampleTask {
+    fn watch(&self, call: &str) -> Option<super::WatchGuard> {
+        self.watchdog.as_ref().map(|w| {
+            w.watch(format!(
+                "{call} of sample {} (prompt {}, domain {})",
+                self.id.0, self.prompt.id.0, self.prompt.domain
+            ))
+        })
     }
-    let mut sample = Sample::new(id, group, prompt, prompt_ids);
-    if let Err(e) = sample.push_turn(
-        &generation.token_ids,
-        &generation.logprobs,
-        &generation.text,
-        generation.weight_version,
-        generation.finish_reason,
-    ) {
-        return Outcome::Failed(e);
-    }
-    match reward.score(&sample).await {
-        Ok(r) => {
-            sample.reward = Some(r);
-            Outcome::Done(Box::new(sample))
+
+    async fn run(
+        self,
+        policy: &dyn Generate,
+        reward: &dyn RewardWorker,
+        request: GenerationRequest,
+    ) -> Outcome {
+        let watch = self.watch("generation");
+        let prompt_ids = request.prompt_ids.clone();
+        let generation = policy.generate(request).await;
+        drop(watch);
+        let generation = match generation {
+            Ok(g) => g,
+            Err(e) => return Outcome::Failed(e),
+        };
+        if generation.finish_reason == FinishReason::Abort {
+            return Outcome::Aborted(generation.token_ids.len());
         }
-        Err(e) => Outcome::Failed(e),
+        let watch = self.watch("reward");
+        let mut sample = Sample::new(self.id, self.group, self.prompt, prompt_ids);
+        if let Err(e) = sample.push_turn(
+            &generation.token_ids,
+            &generation.logprobs,
+            &generation.text,
+            generation.weight_version,
+            generation.finish_reason,
+        ) {
+            return Outcome::Failed(e);
+        }
+        let scored = reward.score(&sample).await;
+        drop(watch);
+        match scored {
+            Ok(r) => {
+                sample.reward = Some(r);
+                Outcome::Done(Box::new(sample))
+            }
+            Err(e) => Outcome::Failed(e),
+        }
     }
 }
 
