@@ -24,6 +24,22 @@ pub struct ReadmeDoctests;
 pub use roll_backend_burn as backend;
 
 pub mod run;
+
+/// Sends roll's logs (the `tracing` events: checkpoints saved and resumed from, skipped
+/// checkpoints, calls the watchdog names) to stderr, filtered by `RUST_LOG` when it is set
+/// (e.g. `RUST_LOG=debug`), else warnings and roll's own info lines. Returns `false` when the
+/// program already installed a subscriber (which then receives them).
+pub fn init_logging() -> bool {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,roll=info,roll_core=info,roll_backend_burn=info")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init()
+        .is_ok()
+}
 pub use roll_core as core;
 pub use roll_env as env;
 pub use roll_reward as reward;

@@ -14,8 +14,9 @@
 //! ```
 //!
 //! Every setting is in `examples/configs/rlvr_arithmetic.toml`; the run directory
-//! (`run.output_dir`) receives the resolved config, `metrics.jsonl`, the exported models and
-//! `summary.md`.
+//! (`run.output_dir`) receives the resolved config, `metrics.jsonl`, checkpoints, the exported
+//! models, plots and `summary.md`. Stopped (Ctrl-C, a crash, a kill), the run continues from its
+//! newest checkpoint with `-- run.resume=true`; logs follow `RUST_LOG`.
 
 mod task;
 
@@ -24,6 +25,7 @@ use roll::prelude::*;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    roll::init_logging();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let file = root.join("examples/configs/rlvr_arithmetic.toml");
     // `--model DIR` replaces the model built from scratch; everything else goes to the config.
