@@ -289,6 +289,15 @@ impl RlvrScheduler {
         let Some(open) = self.open.remove(&group) else {
             return;
         };
+        if open.aborted > 0 {
+            // Aborted when a batch closed: the group cannot complete, and its prompt must not be
+            // lost (the dataset position counts it as drawn). It starts again, on new weights.
+            stats.samples_aborted += open.done.len() as u64;
+            stats.samples_wasted += open.done.len() as u64;
+            stats.prompts_requeued += 1;
+            self.requeued.push_back(open.prompt);
+            return;
+        }
         if open.done.is_empty() {
             return;
         }
@@ -364,9 +373,9 @@ impl RlvrScheduler {
         while !self.tasks.is_empty() {
             self.wait_one(stats).await;
         }
-        // Groups whose finished samples were waiting for aborted siblings are incomplete: drop
-        // the samples, keep the prompt. A group that completed while the others were aborting is
-        // in `ready` and is handled with it.
+        // Every aborted group has closed and re-queued its prompt (`on_outcome`); a group that
+        // completed while the others were aborting is in `ready` and is handled with it. One
+        // still open lost a sample's outcome: its prompt is asked again too.
         for (_, open) in std::mem::take(&mut self.open) {
             stats.samples_aborted += open.done.len() as u64;
             stats.samples_wasted += open.done.len() as u64;
@@ -524,6 +533,8 @@ impl Scheduler for RlvrScheduler {
                 stats.prompts_requeued += 1;
                 self.requeued.push_back(g.prompt().clone());
             }
+            // Asked again in dataset order, whatever order the aborts completed in.
+            self.requeued.make_contiguous().sort_by_key(|p| p.id);
         }
         // Completion order depends on timing; the batch's order does not, so that the same
         // groups train the same way (summation order included) in a rerun or a resumed run.
