@@ -37,6 +37,7 @@ pub fn init_logging() -> bool {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init()
         .is_ok()
 }

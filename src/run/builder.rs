@@ -8,7 +8,7 @@ use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{
     BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, PolicyOptions,
 };
-use roll_core::config::{Config, DomainMap};
+use roll_core::config::{Config, DomainMap, LrSchedule};
 use roll_core::pipeline::{RlvrPipeline, SftExample, SftPipeline};
 use roll_core::policy::{Generate, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
@@ -180,10 +180,24 @@ impl RunBuilder {
             let policy = Arc::new(match start {
                 ActorStart::Weights(model) => {
                     let mut trainer = sft.trainer.clone();
-                    trainer.total_steps = Some(
-                        examples.len().div_ceil(sft.pipeline.batch_size) as u64
-                            * u64::from(sft.pipeline.epochs),
-                    );
+                    let steps = examples.len().div_ceil(sft.pipeline.batch_size) as u64
+                        * u64::from(sft.pipeline.epochs);
+                    let decays = !matches!(trainer.schedule, LrSchedule::Constant {});
+                    if decays && trainer.warmup_steps >= steps {
+                        return Err(Error::InvalidValue {
+                            key: "sft.warmup_steps".into(),
+                            value: trainer.warmup_steps.to_string(),
+                            allowed: format!(
+                                "fewer than the SFT stage's {steps} steps ({} examples, batches \
+                                 of {}, {} epochs): the schedule decays after the warm-up",
+                                examples.len(),
+                                sft.pipeline.batch_size,
+                                sft.pipeline.epochs
+                            ),
+                            origin: None,
+                        });
+                    }
+                    trainer.total_steps = Some(steps);
                     BurnPolicy::new(model, tokenizer.clone(), trainer, options.clone())?
                 }
                 ActorStart::Checkpoint(dir) => {
