@@ -106,9 +106,14 @@ async fn main() -> anyhow::Result<()> {
         let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
         (mean(&r[..k]), mean(&r[r.len() - k..]))
     };
-    println!("| mode | RL time (s) | s/step | reward, first 5 → last 5 steps | samples 1 version old |");
+    println!(
+        "| mode | RL time (s) | s/step | reward, first 5 → last 5 steps | samples 1 version old |"
+    );
     println!("|---|---:|---:|---|---:|");
-    for (name, o) in [("sync (max_staleness 0)", &sync), ("async (max_staleness 1)", &asynchronous)] {
+    for (name, o) in [
+        ("sync (max_staleness 0)", &sync),
+        ("async (max_staleness 1)", &asynchronous),
+    ] {
         let (first, last) = ends(&o.rewards);
         println!(
             "| {name} | {:.1} | {:.2} | {first:.3} → {last:.3} | {} |",

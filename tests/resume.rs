@@ -152,7 +152,10 @@ fn killed_run_resumes_identically() {
     let newest = std::fs::read_dir(killed.join("checkpoints"))
         .expect("checkpoints")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("rl-")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("rl-"))
+        })
         .max()
         .expect("an RL checkpoint");
     let weights = std::fs::read_dir(newest.join("actor"))
@@ -175,9 +178,15 @@ fn killed_run_resumes_identically() {
     assert_eq!(from.skipped[0].path, newest);
     // The one before the newest: an RL checkpoint after some steps (not the stage's start,
     // where nothing of the pipeline's own state would be tested).
-    let name = from.checkpoint.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = from
+        .checkpoint
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
     assert!(
-        matches!(name.as_deref(), Some("rl-00000002" | "rl-00000004" | "rl-00000006")),
+        matches!(
+            name.as_deref(),
+            Some("rl-00000002" | "rl-00000004" | "rl-00000006")
+        ),
         "{from:?}"
     );
 

@@ -337,16 +337,38 @@ async fn the_watchdog_reports_reward_calls_waiting_past_its_bound() {
     let slow = Arc::new(SlowReward(Duration::from_millis(150)));
     let mut s = scheduler(policy.clone(), slow.clone(), config.clone());
     let batch = s.next_batch(WeightVersion(0)).await.unwrap();
-    assert_eq!(batch.groups.len(), 1, "a slow call is reported, not dropped");
+    assert_eq!(
+        batch.groups.len(),
+        1,
+        "a slow call is reported, not dropped"
+    );
     assert!(
         batch.stats.calls_overdue >= 2,
         "both rewards waited past 20 ms: {:?}",
         batch.stats
     );
     // Fast calls, or no watchdog: nothing reported.
-    let mut s = scheduler(policy.clone(), Arc::new(ConstantReward(1.0)), config.clone());
-    assert_eq!(s.next_batch(WeightVersion(0)).await.unwrap().stats.calls_overdue, 0);
+    let mut s = scheduler(
+        policy.clone(),
+        Arc::new(ConstantReward(1.0)),
+        config.clone(),
+    );
+    assert_eq!(
+        s.next_batch(WeightVersion(0))
+            .await
+            .unwrap()
+            .stats
+            .calls_overdue,
+        0
+    );
     config.hang_warning = None;
     let mut s = scheduler(policy, slow, config);
-    assert_eq!(s.next_batch(WeightVersion(0)).await.unwrap().stats.calls_overdue, 0);
+    assert_eq!(
+        s.next_batch(WeightVersion(0))
+            .await
+            .unwrap()
+            .stats
+            .calls_overdue,
+        0
+    );
 }

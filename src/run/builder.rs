@@ -179,6 +179,7 @@ impl RunBuilder {
             };
             let policy = Arc::new(match start {
                 ActorStart::Weights(model) => {
+                    let model = *model;
                     let mut trainer = sft.trainer.clone();
                     let steps = examples.len().div_ceil(sft.pipeline.batch_size) as u64
                         * u64::from(sft.pipeline.epochs);
@@ -211,20 +212,20 @@ impl RunBuilder {
                 sft.pipeline.clone(),
             )?
             .with_eval(sft_eval)?;
-            Ok::<_, Error>(Some(SftStage {
+            Ok::<_, Error>(Some(Box::new(SftStage {
                 pipeline,
                 policy,
                 eval_every: sft.eval_every,
                 save_every: sft.save_every,
                 progress,
-            }))
+            })))
         };
         let sft_eval = std::mem::take(&mut self.sft_eval);
         let (stage, restored) = match found {
             None => {
                 let model = source.load_model(&device)?;
                 let stage = match sft_stage(
-                    ActorStart::Weights(model.clone()),
+                    ActorStart::Weights(Box::new(model.clone())),
                     SftProgress::default(),
                     sft_eval,
                 )? {
@@ -233,7 +234,7 @@ impl RunBuilder {
                         build_rl: Some(rl),
                     },
                     None => {
-                        let (pipeline, actor) = rl(ActorStart::Weights(model))?;
+                        let (pipeline, actor) = rl(ActorStart::Weights(Box::new(model)))?;
                         Stage::Rl {
                             pipeline: Box::new(pipeline),
                             actor,
@@ -246,17 +247,18 @@ impl RunBuilder {
                 let actor_dir = dir.join(ACTOR);
                 let stage = match state.stage {
                     StageState::Sft { position, progress } => {
-                        let mut sft = sft_stage(ActorStart::Checkpoint(actor_dir), progress, sft_eval)?
-                            .ok_or_else(|| {
-                                Error::invalid_data(
-                                    "checkpoint",
-                                    format!(
-                                        "{} was taken in an SFT stage, and the config has no \
+                        let mut sft =
+                            sft_stage(ActorStart::Checkpoint(actor_dir), progress, sft_eval)?
+                                .ok_or_else(|| {
+                                    Error::invalid_data(
+                                        "checkpoint",
+                                        format!(
+                                            "{} was taken in an SFT stage, and the config has no \
                                          `[sft]`",
-                                        dir.display()
-                                    ),
-                                )
-                            })?;
+                                            dir.display()
+                                        ),
+                                    )
+                                })?;
                         sft.pipeline.resume_at(position)?;
                         Stage::Sft {
                             sft,
@@ -349,6 +351,7 @@ impl RunBuilder {
             };
             let (actor, reference) = match start {
                 ActorStart::Weights(model) => {
+                    let model = *model;
                     let reference = reference(&model)?;
                     let actor = BurnPolicy::new(model, tokenizer, trainer, options.clone())?;
                     (actor, reference)
@@ -360,7 +363,10 @@ impl RunBuilder {
                     } else {
                         None
                     };
-                    (BurnPolicy::resume(dir, tokenizer, options.clone())?, reference)
+                    (
+                        BurnPolicy::resume(dir, tokenizer, options.clone())?,
+                        reference,
+                    )
                 }
             };
             let actor = Arc::new(actor);

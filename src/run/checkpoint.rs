@@ -119,6 +119,9 @@ impl RunState {
     }
 }
 
+/// A checkpoint that read back: its directory and state.
+pub(crate) type Found = (PathBuf, RunState);
+
 /// A checkpoint that did not read back, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkippedCheckpoint {
@@ -290,7 +293,7 @@ fn listed(root: &Path) -> Result<Vec<(CheckpointId, PathBuf)>> {
             found.push((id, entry.path()));
         }
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
     Ok(found)
 }
 
@@ -351,7 +354,7 @@ fn prune(root: &Path, keep: u32) {
 
 /// The newest checkpoint under `root` that reads back, with its state; the newer ones that did
 /// not, each with a warning in the log.
-pub(crate) fn newest(root: &Path) -> Result<(Option<(PathBuf, RunState)>, Vec<SkippedCheckpoint>)> {
+pub(crate) fn newest(root: &Path) -> Result<(Option<Found>, Vec<SkippedCheckpoint>)> {
     let mut skipped = Vec::new();
     for (_, path) in listed(root)? {
         match verify(&path) {
@@ -508,16 +511,35 @@ mod tests {
         let (found, skipped) = newest(&root).expect("newest");
         assert!(found.expect("falls back").0.ends_with("sft-00000001"));
         assert_eq!(skipped.len(), 2);
-        assert!(skipped[0].reason.contains("CRC-32"), "{}", skipped[0].reason);
-        assert!(skipped[1].reason.contains("10 bytes"), "{}", skipped[1].reason);
+        assert!(
+            skipped[0].reason.contains("CRC-32"),
+            "{}",
+            skipped[0].reason
+        );
+        assert!(
+            skipped[1].reason.contains("10 bytes"),
+            "{}",
+            skipped[1].reason
+        );
         // No manifest at all (the state written, the seal not): skipped too.
         fs::remove_file(root.join("sft-00000001").join(MANIFEST)).expect("rm");
         let (found, skipped) = newest(&root).expect("newest");
         assert!(found.is_none());
-        assert!(skipped[2].reason.contains("manifest"), "{}", skipped[2].reason);
+        assert!(
+            skipped[2].reason.contains("manifest"),
+            "{}",
+            skipped[2].reason
+        );
         // Saving the same step again replaces the bad copy.
         save_sft(&root, 3, 3);
-        assert!(newest(&root).expect("newest").0.expect("ok").0.ends_with("sft-00000003"));
+        assert!(
+            newest(&root)
+                .expect("newest")
+                .0
+                .expect("ok")
+                .0
+                .ends_with("sft-00000003")
+        );
         let _ = fs::remove_dir_all(&root);
     }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// Where a stage's actor comes from.
 pub(crate) enum ActorStart {
     /// These weights, with a fresh optimiser.
-    Weights(CausalLm),
+    Weights(Box<CausalLm>),
     /// The actor checkpoint in this directory (weights, optimiser, RNG, step, weight version).
     Checkpoint(PathBuf),
 }
@@ -49,7 +49,7 @@ pub(crate) struct Evaluation {
 /// Where a run is: fine-tuning (the RL stage waits for its weights) or reinforcement learning.
 pub(crate) enum Stage {
     Sft {
-        sft: SftStage,
+        sft: Box<SftStage>,
         /// Taken when SFT ends; `None` after a failed build (the run then cannot go on).
         build_rl: Option<BuildRl>,
     },
@@ -292,7 +292,7 @@ impl Run {
                 "building the RL stage failed before; start a new run",
             )
         })?;
-        let (pipeline, actor) = build(ActorStart::Weights(sft.policy.model()?))?;
+        let (pipeline, actor) = build(ActorStart::Weights(Box::new(sft.policy.model()?)))?;
         self.stage = Stage::Rl {
             pipeline: Box::new(pipeline),
             actor,
@@ -311,10 +311,7 @@ impl Run {
         let total = sft.pipeline.total_steps();
         let bar = progress(total, "SFT");
         bar.set_position(sft.pipeline.position().step);
-        loop {
-            let Stage::Sft { sft, .. } = &mut self.stage else {
-                break;
-            };
+        while let Stage::Sft { sft, .. } = &mut self.stage {
             if sft.pipeline.is_done() {
                 break;
             }

@@ -6,7 +6,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-
 /// One held-out evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalPoint {

@@ -334,10 +334,8 @@ impl RlvrScheduler {
                 break self.tasks.join_next_with_id().await;
             };
             // `join_next` is cancel-safe: a timeout loses no finished task.
-            let wait = tokio::time::timeout(
-                watchdog.poll_interval(),
-                self.tasks.join_next_with_id(),
-            );
+            let wait =
+                tokio::time::timeout(watchdog.poll_interval(), self.tasks.join_next_with_id());
             match wait.await {
                 Ok(joined) => break joined,
                 Err(_) => stats.calls_overdue += watchdog.overdue().len() as u64,

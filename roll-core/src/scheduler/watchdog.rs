@@ -141,6 +141,9 @@ mod tests {
         assert_eq!(dog.overdue().len(), 1);
         drop(slow);
         std::thread::sleep(Duration::from_millis(60));
-        assert!(dog.overdue().is_empty(), "a finished call is no longer watched");
+        assert!(
+            dog.overdue().is_empty(),
+            "a finished call is no longer watched"
+        );
     }
 }
