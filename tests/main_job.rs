@@ -6,7 +6,7 @@ use roll::core::config::ConfigLoader;
 use roll::prelude::*;
 
 mod common;
-use common::{FIXTURE, first_digit, out_dir};
+use common::{FIXTURE, TINY_NEW_MODEL, first_digit, out_dir};
 
 fn sum(id: u64, a: u64, b: u64) -> Prompt {
     Prompt::new(PromptId(id), format!("Q: {a}+{b}=? A:"), "arithmetic")
@@ -22,17 +22,7 @@ async fn sft_from_scratch_lowers_held_out_loss_and_the_run_writes_its_directory(
             [run]
             max_steps = 2
             output_dir = "{}"
-            [model]
-            prompt_format = "plain"
-            [model.source]
-            kind = "new"
-            model_type = "qwen2"
-            hidden_size = 32
-            intermediate_size = 64
-            num_hidden_layers = 1
-            num_attention_heads = 2
-            num_key_value_heads = 1
-            max_position_embeddings = 32
+            {TINY_NEW_MODEL}
             [sft]
             batch_size = 16
             learning_rate = 3e-3

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{first_digit, out_dir};
+use common::{TINY_NEW_MODEL, first_digit, out_dir};
 
 const CHILD: &str = "ROLL_RESUME_CHILD";
 const RL_STEPS: u64 = 8;
@@ -30,17 +30,7 @@ fn config(out: &Path, resume: bool) -> Config {
             save_every = 2
             keep_checkpoints = 3
             resume = {resume}
-            [model]
-            prompt_format = "plain"
-            [model.source]
-            kind = "new"
-            model_type = "qwen2"
-            hidden_size = 32
-            intermediate_size = 64
-            num_hidden_layers = 1
-            num_attention_heads = 2
-            num_key_value_heads = 1
-            max_position_embeddings = 32
+            {TINY_NEW_MODEL}
             [sft]
             batch_size = 8
             learning_rate = 3e-3

@@ -113,6 +113,10 @@ impl Snapshot {
         options: &ScoringOptions,
         device: &Device,
     ) -> Result<Vec<TokenScores>> {
+        let max = self.served.model().max_position_embeddings();
+        for (i, s) in request.sequences.iter().enumerate() {
+            crate::models::check_length(max, i, s.prompt_ids.len() + s.response_ids.len())?;
+        }
         let scores = self.score_unchecked(request, options, device)?;
         for (sequence, s) in scores.iter().enumerate() {
             if let Some((position, &value)) =

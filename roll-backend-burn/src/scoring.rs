@@ -63,6 +63,7 @@ pub fn score(
     device: &Device,
 ) -> Result<Vec<TokenScores>> {
     let mut results = vec![TokenScores::default(); request.sequences.len()];
+    let max_positions = model.max_position_embeddings();
     let mut order = Vec::new();
     for (i, s) in request.sequences.iter().enumerate() {
         if s.response_ids.is_empty() {
@@ -75,6 +76,7 @@ pub fn score(
                 "sequence {i} has an empty prompt: its first response token has no context"
             )));
         }
+        crate::models::check_length(max_positions, i, s.prompt_ids.len() + s.response_ids.len())?;
         order.push(i);
     }
     let len = |i: usize| {

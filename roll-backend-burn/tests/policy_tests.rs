@@ -297,3 +297,58 @@ fn checkpoint_and_resume_through_the_policy_continue_exactly() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tiny-qwen2` with its context cut to `max_positions` tokens, in a fresh directory.
+fn short_context_copy(max_positions: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("roll-short-context-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(fixture("tiny-qwen2")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let config = dir.join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    json["max_position_embeddings"] = max_positions.into();
+    std::fs::write(&config, json.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn sequences_longer_than_the_context_are_refused_by_name_everywhere() {
+    let dir = short_context_copy(16);
+    let model = load_model(&dir, &Device::flex()).unwrap();
+    assert_eq!(model.max_position_embeddings(), Some(16));
+    let tokenizer: Arc<dyn Tokenizer> = Arc::new(HfTokenizer::from_dir(&dir).unwrap());
+    let policy =
+        BurnPolicy::new(model, tokenizer, trainer_config(), PolicyOptions::default()).unwrap();
+    let rt = rt();
+    let too_long = |e: roll_core::Error| {
+        let text = e.to_string();
+        assert!(
+            text.contains("max_position_embeddings (16)"),
+            "not a named length error: {text}"
+        );
+    };
+    // Generation: prompt 10 + up to 12 new tokens does not fit 16; prompt 4 + 12 does.
+    let request = |n: usize| GenerationRequest::new((1..=n as u32).collect(), sampled(1));
+    too_long(rt.block_on(policy.generate(request(10))).unwrap_err());
+    let fits = rt.block_on(policy.generate(request(4))).unwrap();
+    assert!(!fits.token_ids.is_empty());
+    // Scoring, with either kernels.
+    let (prompt, response): (Vec<u32>, Vec<u32>) = ((1..=10).collect(), (20..28).collect());
+    for kernels in [ScoreKernels::Inference, ScoreKernels::Training] {
+        let mut req = score_request(&prompt, &response);
+        req.kernels = kernels;
+        too_long(rt.block_on(policy.score(&req)).unwrap_err());
+    }
+    // Training.
+    let batch = reinforce(&prompt, &response, &[-1.0; 8]);
+    too_long(
+        rt.block_on(policy.train_step(batch, &Objective::default()))
+            .unwrap_err(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -19,6 +19,7 @@
 //! full disk, a bad copy) is skipped on resume for the previous one, with a warning naming
 //! what did not match.
 
+use super::io;
 use super::summary::RunSummary;
 pub(crate) use super::summary::SftProgress;
 use roll_core::pipeline::{PipelineState, SftPosition};
@@ -141,15 +142,6 @@ pub struct Resumed {
     /// Lines of `metrics.jsonl` that could not be parsed (a line cut short by a crash) and were
     /// dropped.
     pub metrics_lines_dropped: u64,
-}
-
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let path = path.to_path_buf();
-    move |source| Error::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 fn bad(path: &Path, message: impl std::fmt::Display) -> Error {

@@ -3,6 +3,8 @@
 //! actor) and [`Run`] runs the stages — supervised warm start, held-out evaluation, RL, export —
 //! writing the run directory; [`RunSummary`] is what it did.
 
+use roll_core::Error;
+
 mod builder;
 mod checkpoint;
 mod plan;
@@ -16,3 +18,13 @@ pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
 pub use plots::plot_metrics;
 pub use runner::Run;
 pub use summary::{EvalPoint, RunSummary, SftSummary};
+
+/// Maps an I/O error on `path` to roll's error, saying what was being done.
+fn io(action: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        action,
+        path,
+        source,
+    }
+}

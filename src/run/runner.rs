@@ -4,6 +4,7 @@
 use super::checkpoint::{
     self, CHECKPOINTS, CheckpointId, Resumed, RunState, SftProgress, StageKind, StageState,
 };
+use super::io;
 use super::plan::RunPlan;
 use super::summary::{EvalPoint, RunSummary, SftSummary};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -127,15 +128,6 @@ pub struct Run {
     summary: RunSummary,
     started: Instant,
     resumed: Option<Resumed>,
-}
-
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let path = path.to_path_buf();
-    move |source| Error::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 impl Run {

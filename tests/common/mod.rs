@@ -11,6 +11,22 @@ pub const FIXTURE: &str = concat!(
     "/../shared/fixtures/tiny-qwen2-sft"
 );
 
+/// The `[model]` of a run on a new 1-layer Qwen2 (hidden size 32) with the byte tokenizer and
+/// plain prompts: SFT from scratch in seconds.
+pub const TINY_NEW_MODEL: &str = r#"
+[model]
+prompt_format = "plain"
+[model.source]
+kind = "new"
+model_type = "qwen2"
+hidden_size = 32
+intermediate_size = 64
+num_hidden_layers = 1
+num_attention_heads = 2
+num_key_value_heads = 1
+max_position_embeddings = 32
+"#;
+
 /// An empty temporary run directory, unique to this test process and `name`.
 pub fn out_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("roll-tests-{name}-{}", std::process::id()));

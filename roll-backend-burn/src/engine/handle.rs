@@ -36,6 +36,8 @@ pub struct Engine {
     arrivals: AtomicU64,
     vocab_size: usize,
     max_request_tokens: usize,
+    /// The model's `max_position_embeddings` (set by the constructors that see the model).
+    max_positions: Option<usize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -182,6 +184,7 @@ impl Engine {
             arrivals: AtomicU64::new(0),
             vocab_size,
             max_request_tokens,
+            max_positions: None,
             thread: Some(thread),
         })
     }
@@ -216,14 +219,14 @@ impl Engine {
         config: EngineConfig,
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self> {
-        match kind {
+        let mut engine = match kind {
             DecoderKind::Cpu => {
                 let weights = CpuDecoder::from_model(model)?;
                 let prepare = |w: &ServedWeights| match w.cpu() {
                     Some(cpu) => Ok(cpu.clone()),
                     None => CpuDecoder::from_model(w.model()).map(Arc::new),
                 };
-                Self::start(weights, prepare, config, tokenizer)
+                Self::start(weights, prepare, config, tokenizer)?
             }
             DecoderKind::Burn => {
                 let device = device.clone();
@@ -235,16 +238,20 @@ impl Engine {
                     },
                     config,
                     tokenizer,
-                )
+                )?
             }
-        }
+        };
+        engine.max_positions = model.max_position_embeddings();
+        Ok(engine)
     }
 
     /// Queues a request.
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] for an empty prompt, an id outside the vocabulary, or a
-    /// request larger than the whole cache; [`BackendError::Engine`] if the engine has stopped.
+    /// request larger than the whole cache; [`BackendError::SequenceTooLong`] when the prompt
+    /// plus `max_new_tokens` exceeds the model's `max_position_embeddings`;
+    /// [`BackendError::Engine`] if the engine has stopped.
     pub fn submit(&self, request: GenerationRequest) -> Result<RequestHandle> {
         if request.prompt_ids.is_empty() {
             return Err(BackendError::InvalidInput("empty prompt".into()));
@@ -260,6 +267,8 @@ impl Engine {
             });
         }
         let need = request.prompt_ids.len() + request.params.max_new_tokens as usize;
+        // As vLLM: the prompt and every token it may generate must fit the model's context.
+        crate::models::check_length(self.max_positions, 0, need)?;
         if need > self.max_request_tokens {
             return Err(BackendError::InvalidInput(format!(
                 "request needs {need} cache tokens (prompt {} + max_new_tokens {}) but the engine \

@@ -67,6 +67,21 @@ impl CausalLm {
         with_decoder!(self, m => m.config.decoder())
     }
 
+    /// The longest sequence (prompt and response) the model was built for, if its config says.
+    pub fn max_position_embeddings(&self) -> Option<usize> {
+        self.decoder_config().max_position_embeddings
+    }
+
+    /// Refuses a sequence of `length` tokens (index `sequence` of its request) longer than
+    /// [`CausalLm::max_position_embeddings`]: positions past it were never trained, and a model
+    /// silently extrapolating there is a wrong result, not an answer.
+    ///
+    /// # Errors
+    /// [`BackendError::SequenceTooLong`](crate::BackendError::SequenceTooLong).
+    pub fn check_length(&self, sequence: usize, length: usize) -> crate::Result<()> {
+        check_length(self.max_position_embeddings(), sequence, length)
+    }
+
     /// Vocabulary size (valid token ids are `0..vocab_size`).
     pub fn vocab_size(&self) -> usize {
         self.decoder_config().vocab_size
@@ -102,5 +117,21 @@ impl CausalLm {
     /// - output: `[batch, seq, vocab]`
     pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
         self.logits(self.forward_hidden(batch))
+    }
+}
+
+/// [`CausalLm::check_length`] against a known limit.
+pub(crate) fn check_length(
+    max_position_embeddings: Option<usize>,
+    sequence: usize,
+    length: usize,
+) -> crate::Result<()> {
+    match max_position_embeddings {
+        Some(max) if length > max => Err(crate::BackendError::SequenceTooLong {
+            sequence,
+            length,
+            max_position_embeddings: max,
+        }),
+        _ => Ok(()),
     }
 }

@@ -97,6 +97,9 @@ pub struct DecoderConfig {
     /// Share the embedding matrix with the LM head.
     #[config(default = false)]
     pub tie_word_embeddings: bool,
+    /// The longest sequence the model was built for; longer inputs are refused
+    /// ([`CausalLm::check_length`](crate::CausalLm::check_length)). `None`: not stated.
+    pub max_position_embeddings: Option<usize>,
 }
 
 impl DecoderConfig {
@@ -118,7 +121,8 @@ impl DecoderConfig {
         )
         .with_rms_norm_eps(hf.rms_norm_eps)
         .with_rope_theta(hf.rope_theta()?)
-        .with_tie_word_embeddings(hf.tie_word_embeddings);
+        .with_tie_word_embeddings(hf.tie_word_embeddings)
+        .with_max_position_embeddings(hf.max_position_embeddings);
         cfg.check_heads()?;
         Ok(cfg)
     }
@@ -139,6 +143,7 @@ impl DecoderConfig {
         hf.rms_norm_eps = self.rms_norm_eps;
         hf.rope_theta = Some(self.rope_theta);
         hf.tie_word_embeddings = self.tie_word_embeddings;
+        hf.max_position_embeddings = self.max_position_embeddings;
         hf.extra
             .insert("architectures".into(), serde_json::json!([architecture]));
         hf.extra.insert("hidden_act".into(), "silu".into());
