@@ -21,12 +21,15 @@ pub enum RewardError {
     },
     /// A `kind` that no factory of the registry builds.
     #[error(
-        "unknown reward worker kind `{kind}`; registered kinds: {}",
+        "unknown reward worker kind `{kind}`{}; registered kinds: {}",
+        at_suffix(at),
         list(known)
     )]
     UnknownKind {
         /// The requested kind.
         kind: String,
+        /// Where the spec sits in the config (`domains.<name>.reward`), if known.
+        at: String,
         /// The registered kinds.
         known: Vec<String>,
     },

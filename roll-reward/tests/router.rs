@@ -216,7 +216,7 @@ fn config_errors_name_the_key_or_kind() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("unknown reward worker kind `lean_prover`")
+        e.contains("unknown reward worker kind `lean_prover` at `domains.code.reward`")
             && e.contains("`math_rule`")
             && e.contains("`code_sandbox`"),
         "{e}"

@@ -157,6 +157,7 @@ impl RewardRegistry {
             .get(&spec.kind)
             .ok_or_else(|| RewardError::UnknownKind {
                 kind: spec.kind.clone(),
+                at: at.to_owned(),
                 known: self.factories.keys().cloned().collect(),
             })?;
         let invalid = |message: String| RewardError::InvalidOptions {
