@@ -205,6 +205,13 @@ pub async fn play_episode(
             .unwrap_or("");
         let user_part = suffix_after(&with_user, &with_assistant, "observation")?;
         let glue = tokenizer.encode(&format!("{closing}{user_part}"))?;
+        let used = traj.prompt_ids.len() + traj.response().len();
+        if used + glue.len() >= config.max_context_tokens {
+            // The next observation leaves no room for an answer: the episode ends here, and
+            // the trajectory stays within the context the model can score and train on.
+            end = EpisodeEnd::ContextFull;
+            break;
+        }
         traj.push_context(&glue);
         rendered = with_user;
     }

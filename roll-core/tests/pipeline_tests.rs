@@ -372,3 +372,48 @@ async fn the_watchdog_reports_reward_calls_waiting_past_its_bound() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_episode_ends_before_its_trajectory_outgrows_the_context() {
+    let policy = MockPolicy::digits();
+    let mut env = EchoEnv::new(50);
+    let ids = EpisodeIds {
+        sample: SampleId(1),
+        group: GroupId(2),
+        seed: 9,
+    };
+    let long = EpisodeConfig {
+        max_turns: 50,
+        max_tokens_per_turn: 4,
+        ..Default::default()
+    };
+    let unbounded = play_episode(
+        &policy,
+        &ByteTokenizer,
+        &mut env,
+        ids,
+        &long,
+        &AbortSignal::never(),
+    )
+    .await
+    .unwrap();
+    let length = |t: &roll_core::Trajectory| t.prompt_ids.len() + t.response().len();
+    let context = length(&unbounded) / 2;
+    let short = EpisodeConfig {
+        max_context_tokens: context,
+        ..long
+    };
+    let traj = play_episode(
+        &policy,
+        &ByteTokenizer,
+        &mut env,
+        ids,
+        &short,
+        &AbortSignal::never(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(traj.info["episode_end"], "context_full");
+    assert!(length(&traj) <= context, "{} > {context}", length(&traj));
+    assert!(traj.turns().len() > 1 && traj.turns().len() < unbounded.turns().len());
+}

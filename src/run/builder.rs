@@ -128,7 +128,7 @@ impl RunBuilder {
     /// without SFT examples or SFT examples without `[sft]`, `run.eval_every` without held-out
     /// prompts, held-out prompts in an agentic run, a checkpoint that does not fit the run.
     pub fn build(mut self) -> Result<Run> {
-        let plan = RunPlan::from_config(&self.config)?;
+        let mut plan = RunPlan::from_config(&self.config)?;
         let root = plan.run.output_dir.join(CHECKPOINTS);
         let (found, skipped) = if plan.run.resume {
             checkpoint::newest(&root)?
@@ -143,6 +143,13 @@ impl RunBuilder {
         }
         let device = roll_backend_burn::device(plan.model.device)?;
         let source = HfSource::open(&plan.model.dir)?;
+        if let (RolloutPlan::Agentic { manager, .. }, Some(context)) =
+            (&mut plan.rollout, source.config().max_position_embeddings)
+        {
+            // An episode ends when its next turn would not fit the model's context (the
+            // engine refuses a request that does not).
+            manager.episode.max_context_tokens = context;
+        }
         let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;
         if plan.model.plain_prompts {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);

@@ -456,6 +456,41 @@ mod tests {
     }
 
     #[test]
+    fn a_state_with_nan_numbers_reads_back() {
+        let root = fresh_root("nan");
+        let mut state = state(1);
+        let mut report = roll_core::pipeline::StepReport::default();
+        report
+            .metrics
+            .insert("batch/token_kl_mean".into(), f64::NAN);
+        report.metrics.insert("reward/mean".into(), 0.5);
+        state.summary.rl.push(report);
+        state.summary.sft = Some(super::super::SftSummary {
+            steps: 3,
+            loss_first: 1.0,
+            loss_last: 0.5,
+            eval_loss_start: f64::NAN,
+            eval_loss: f64::NAN,
+            time: Duration::from_secs(1),
+        });
+        let id = CheckpointId {
+            stage: StageKind::Sft,
+            step: 1,
+        };
+        save(&root, id, &state, 1, |dir| {
+            fs::create_dir_all(dir).map_err(io("create", dir))
+        })
+        .expect("save");
+        let (found, skipped) = newest(&root).expect("newest");
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let summary = found.expect("reads back").1.summary;
+        assert!(summary.rl[0].metrics["batch/token_kl_mean"].is_nan());
+        assert_eq!(summary.rl[0].metrics["reward/mean"], 0.5);
+        assert!(summary.sft.expect("sft").eval_loss.is_nan());
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
     fn names_order_sft_before_rl_and_by_step() {
         let sft9 = CheckpointId::parse("sft-00000009").expect("parses");
         let rl0 = CheckpointId::parse("rl-00000000").expect("parses");

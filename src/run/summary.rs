@@ -29,12 +29,16 @@ pub struct SftSummary {
     /// Optimiser steps.
     pub steps: u64,
     /// Mean training loss of the first and the last tenth of the steps.
+    #[serde(deserialize_with = "nan_from_null")]
     pub loss_first: f64,
     /// See `loss_first`.
+    #[serde(deserialize_with = "nan_from_null")]
     pub loss_last: f64,
     /// Held-out loss before the first step (NaN without held-out pairs).
+    #[serde(deserialize_with = "nan_from_null")]
     pub eval_loss_start: f64,
     /// Held-out loss at the end (NaN without held-out pairs).
+    #[serde(deserialize_with = "nan_from_null")]
     pub eval_loss: f64,
     /// Wall-clock time of the stage.
     pub time: Duration,
@@ -67,6 +71,11 @@ impl SftProgress {
             time: self.elapsed,
         }
     }
+}
+
+/// Reads a number that was written as `null` because it was NaN (JSON has no NaN).
+fn nan_from_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// A whole run: stages, evaluations, exports.

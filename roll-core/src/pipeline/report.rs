@@ -27,7 +27,9 @@ pub struct StepReport {
     pub response_len_mean: f32,
     /// Rollout counters.
     pub rollout: RolloutStats,
-    /// Every scalar metric of the step, by name (`reward/mean`, `train/pg_loss`, ...).
+    /// Every scalar metric of the step, by name (`reward/mean`, `train/pg_loss`, ...). In JSON
+    /// a NaN is `null` (JSON has no NaN) and reads back as NaN.
+    #[serde(deserialize_with = "nan_from_null")]
     pub metrics: BTreeMap<String, f64>,
     /// Wall-clock time spent waiting for the rollout.
     pub rollout_time: Duration,
@@ -54,4 +56,15 @@ impl fmt::Display for StepReport {
             self.train_time,
         )
     }
+}
+
+/// Reads a metrics map whose NaNs were written as `null`.
+fn nan_from_null<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, f64>, D::Error> {
+    let map: BTreeMap<String, Option<f64>> = serde::Deserialize::deserialize(d)?;
+    Ok(map
+        .into_iter()
+        .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
+        .collect())
 }
