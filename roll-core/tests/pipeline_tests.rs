@@ -417,3 +417,28 @@ async fn an_episode_ends_before_its_trajectory_outgrows_the_context() {
     assert!(length(&traj) <= context, "{} > {context}", length(&traj));
     assert!(traj.turns().len() > 1 && traj.turns().len() < unbounded.turns().len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_gives_up_when_the_filter_drops_every_group_for_a_long_run() {
+    let policy: Arc<dyn Generate> = Arc::new(MockPolicy::digits());
+    let filter = DynamicFilter {
+        min_std: Some(0.0),
+        ..Default::default()
+    };
+    // An endless source and a constant reward: every group is filtered, forever.
+    let mut s = scheduler(
+        policy,
+        Arc::new(ConstantReward(1.0)),
+        scheduler_config(2, 2),
+    )
+    .with_filter(filter);
+    let err = s
+        .next_batch(WeightVersion(0))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("groups in a row were dropped") && err.contains("no learning signal"),
+        "{err}"
+    );
+}

@@ -14,6 +14,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
+/// Groups dropped in a row, with none kept, after which a batch gives up (at least; 50 batches'
+/// worth for large batches). Even a hard task where 95% of groups carry no signal drops a run
+/// of 1,000 about once in 10²² batches.
+const DROPPED_IN_A_ROW: u64 = 1000;
+
 /// Settings of [`RlvrScheduler`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct RlvrSchedulerConfig {
@@ -452,6 +457,11 @@ impl Scheduler for RlvrScheduler {
             .max(8);
         let mut groups = Vec::with_capacity(want);
         let mut exhausted = false;
+        // Groups dropped (filtered or stale) when the batch last grew: a batch that keeps none of
+        // a very long run of groups would otherwise wait forever, and no call is slow enough for
+        // the watchdog to see it.
+        let drop_limit = DROPPED_IN_A_ROW.max(want.saturating_mul(50) as u64);
+        let mut dropped_at_last_keep = 0;
         loop {
             while groups.len() < want {
                 let Some(g) = self.ready.pop_front() else {
@@ -467,10 +477,24 @@ impl Scheduler for RlvrScheduler {
                     stats.groups_stale += 1;
                 } else {
                     groups.push(g);
+                    dropped_at_last_keep = stats.groups_filtered + stats.groups_stale;
                 }
             }
             if groups.len() == want {
                 break;
+            }
+            let dropped = stats.groups_filtered + stats.groups_stale - dropped_at_last_keep;
+            if dropped >= drop_limit {
+                return Err(Error::invalid_data(
+                    "rollout",
+                    format!(
+                        "{dropped} groups in a row were dropped and none kept ({} by the group \
+                         filter, e.g. every sample of the group scored the same; {} as older \
+                         than rollout.max_staleness): the reward gives this policy no learning \
+                         signal on these prompts",
+                        stats.groups_filtered, stats.groups_stale
+                    ),
+                ));
             }
             if self.consecutive_failures >= give_up_after {
                 let cause = self
