@@ -56,7 +56,7 @@ pub(crate) fn run_failure(
             Some(24) => CaseFailure::CpuLimit,
             Some(9) => CaseFailure::MemoryLimit, // SIGKILL not sent by us: the OOM killer
             Some(s) => CaseFailure::Killed(s),
-            None => match last_line(&out.stderr) {
+            None => match error_line(&out.stderr) {
                 Some(l) if l.starts_with("MemoryError") => CaseFailure::MemoryLimit,
                 Some(l) => CaseFailure::RuntimeError(l),
                 None => CaseFailure::RuntimeError(format!("exit status {end:?}")),
@@ -77,14 +77,30 @@ pub(crate) fn report_failure(r: &CaseReport, per_case: Duration) -> Option<CaseF
     }
 }
 
-/// The last non-blank line of `stderr`, shortened.
-pub(crate) fn last_line(stderr: &[u8]) -> Option<String> {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
+/// The line of `stderr` that says what went wrong, shortened: the last one that names an
+/// exception (`ZeroDivisionError: division by zero`, `MemoryError`), else the last non-blank
+/// one. Processes a program forked all write their tracebacks to the same stream, interleaved,
+/// so the last line alone may be any line of any traceback.
+pub(crate) fn error_line(stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let lines = || text.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+    lines()
+        .find(|l| names_exception(l))
+        .or_else(|| lines().next())
         .map(|l| shorten(l, 200))
+}
+
+/// `SomeError`, `pkg.SomeException: message`, `KeyboardInterrupt`, ...: an identifier path ending
+/// in an exception-like name, alone or before `: `.
+fn names_exception(line: &str) -> bool {
+    let name = line.split_once(':').map_or(line, |(name, _)| name);
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && ["Error", "Exception", "Interrupt", "Exit"]
+            .iter()
+            .any(|suffix| name.ends_with(suffix))
 }
 
 /// `expected …, got …`, each side shortened.
@@ -131,6 +147,21 @@ mod tests {
                 "Traceback\nZeroDivisionError: division by zero\n\n"
             ),
             Some("runtime error: ZeroDivisionError: division by zero".into())
+        );
+        // Tracebacks of forked processes interleave: the exception line wins over the last line.
+        assert_eq!(
+            f(
+                RunEnd::Exited(1),
+                "Traceback (most recent call last):\nBlockingIOError: [Errno 11] Resource temporarily unavailable\n  File \"s.py\", line 3, in <module>\n"
+            ),
+            Some(
+                "runtime error: BlockingIOError: [Errno 11] Resource temporarily unavailable"
+                    .into()
+            )
+        );
+        assert_eq!(
+            f(RunEnd::Exited(1), "something odd\n"),
+            Some("runtime error: something odd".into())
         );
         assert_eq!(
             f(RunEnd::Signalled(11), ""),
