@@ -113,10 +113,6 @@ impl Snapshot {
         options: &ScoringOptions,
         device: &Device,
     ) -> Result<Vec<TokenScores>> {
-        let max = self.served.model().max_position_embeddings();
-        for (i, s) in request.sequences.iter().enumerate() {
-            crate::models::check_length(max, i, s.prompt_ids.len() + s.response_ids.len())?;
-        }
         let scores = self.score_unchecked(request, options, device)?;
         for (sequence, s) in scores.iter().enumerate() {
             if let Some((position, &value)) =
@@ -139,7 +135,16 @@ impl Snapshot {
         device: &Device,
     ) -> Result<Vec<TokenScores>> {
         match (request.kernels, self.served.cpu(), &self.head) {
-            (ScoreKernels::Inference, Some(cpu), None) => cpu.score(request),
+            (ScoreKernels::Inference, Some(cpu), None) => {
+                // The training path's `score` checks lengths itself.
+                self.served.model().check_lengths(
+                    request
+                        .sequences
+                        .iter()
+                        .map(|s| s.prompt_ids.len() + s.response_ids.len()),
+                )?;
+                cpu.score(request)
+            }
             // Without a CPU-decoder layout the engine runs Burn's forward: the same ops as the
             // training path, so both kernel choices are the training forward here.
             _ => score(

@@ -62,8 +62,13 @@ pub fn score(
     options: &ScoringOptions,
     device: &Device,
 ) -> Result<Vec<TokenScores>> {
+    model.check_lengths(
+        request
+            .sequences
+            .iter()
+            .map(|s| s.prompt_ids.len() + s.response_ids.len()),
+    )?;
     let mut results = vec![TokenScores::default(); request.sequences.len()];
-    let max_positions = model.max_position_embeddings();
     let mut order = Vec::new();
     for (i, s) in request.sequences.iter().enumerate() {
         if s.response_ids.is_empty() {
@@ -76,7 +81,6 @@ pub fn score(
                 "sequence {i} has an empty prompt: its first response token has no context"
             )));
         }
-        crate::models::check_length(max_positions, i, s.prompt_ids.len() + s.response_ids.len())?;
         order.push(i);
     }
     let len = |i: usize| {

@@ -2,7 +2,7 @@
 //! becomes a [`Run`] with a real actor.
 
 use super::checkpoint::{self, ACTOR, CHECKPOINTS, Resumed, SftProgress, StageState};
-use super::plan::{RolloutPlan, RunPlan};
+use super::plan::{RolloutPlan, RunPlan, SftPlan};
 use super::runner::{ActorStart, BuildRl, Evaluation, Restored, Run, SftStage, Stage};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{
@@ -161,87 +161,27 @@ impl RunBuilder {
             scoring: plan.scoring,
             ..PolicyOptions::default()
         };
-        let (rl, eval) = self.rl_stage(&plan, tokenizer.clone(), options.clone(), &source)?;
-        let sft_examples = match (&plan.sft, self.sft.take()) {
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(Error::invalid_data(
-                    "run",
-                    "the config has an `[sft]` section but no SFT examples were given: call \
-                     RunBuilder::sft_examples",
-                ));
-            }
-            (None, Some(_)) => {
-                return Err(Error::invalid_data(
-                    "run",
-                    "SFT examples were given but the config has no `[sft]` section to train \
-                     them with",
-                ));
-            }
-            (Some(_), Some(examples)) => Some(examples),
-        };
-        let sft_stage = |start: ActorStart, progress: SftProgress, sft_eval: Vec<SftExample>| {
-            let (Some(sft), Some(examples)) = (&plan.sft, sft_examples) else {
-                return Ok(None);
-            };
-            let policy = Arc::new(match start {
-                ActorStart::Weights(model) => {
-                    let model = *model;
-                    let mut trainer = sft.trainer.clone();
-                    let steps = examples.len().div_ceil(sft.pipeline.batch_size) as u64
-                        * u64::from(sft.pipeline.epochs);
-                    let decays = !matches!(trainer.schedule, LrSchedule::Constant {});
-                    if decays && trainer.warmup_steps >= steps {
-                        return Err(Error::InvalidValue {
-                            key: "sft.warmup_steps".into(),
-                            value: trainer.warmup_steps.to_string(),
-                            allowed: format!(
-                                "fewer than the SFT stage's {steps} steps ({} examples, batches \
-                                 of {}, {} epochs): the schedule decays after the warm-up",
-                                examples.len(),
-                                sft.pipeline.batch_size,
-                                sft.pipeline.epochs
-                            ),
-                            origin: None,
-                        });
-                    }
-                    trainer.total_steps = Some(steps);
-                    BurnPolicy::new(model, tokenizer.clone(), trainer, options.clone())?
-                }
-                ActorStart::Checkpoint(dir) => {
-                    BurnPolicy::resume(dir, tokenizer.clone(), options.clone())?
-                }
-            });
-            let pipeline = SftPipeline::new(
-                policy.clone(),
-                tokenizer.clone(),
-                examples,
-                sft.pipeline.clone(),
-            )?
-            .with_eval(sft_eval)?;
-            Ok::<_, Error>(Some(Box::new(SftStage {
-                pipeline,
-                policy,
-                eval_every: sft.eval_every,
-                save_every: sft.save_every,
-                progress,
-            })))
-        };
-        let sft_eval = std::mem::take(&mut self.sft_eval);
+        let (rl, eval_reward) =
+            self.rl_stage(&plan, tokenizer.clone(), options.clone(), &source)?;
+        let sft = self.sft_data(&plan)?;
+        let eval = self.evaluation(&plan, eval_reward)?;
         let (stage, restored) = match found {
             None => {
-                let model = source.load_model(&device)?;
-                let stage = match sft_stage(
-                    ActorStart::Weights(Box::new(model.clone())),
-                    SftProgress::default(),
-                    sft_eval,
-                )? {
-                    Some(sft) => Stage::Sft {
-                        sft,
+                let model = Box::new(source.load_model(&device)?);
+                let stage = match sft {
+                    Some((sft, data)) => Stage::Sft {
+                        sft: sft_stage(
+                            sft,
+                            data,
+                            ActorStart::Weights(model),
+                            SftProgress::default(),
+                            &tokenizer,
+                            &options,
+                        )?,
                         build_rl: Some(rl),
                     },
                     None => {
-                        let (pipeline, actor) = rl(ActorStart::Weights(Box::new(model)))?;
+                        let (pipeline, actor) = rl(ActorStart::Weights(model))?;
                         Stage::Rl {
                             pipeline: Box::new(pipeline),
                             actor,
@@ -251,29 +191,27 @@ impl RunBuilder {
                 (stage, None)
             }
             Some((dir, state)) => {
-                let actor_dir = dir.join(ACTOR);
-                let stage = match state.stage {
-                    StageState::Sft { position, progress } => {
-                        let mut sft =
-                            sft_stage(ActorStart::Checkpoint(actor_dir), progress, sft_eval)?
-                                .ok_or_else(|| {
-                                    Error::invalid_data(
-                                        "checkpoint",
-                                        format!(
-                                            "{} was taken in an SFT stage, and the config has no \
-                                         `[sft]`",
-                                            dir.display()
-                                        ),
-                                    )
-                                })?;
+                let actor = ActorStart::Checkpoint(dir.join(ACTOR));
+                let stage = match (state.stage, sft) {
+                    (StageState::Sft { position, progress }, Some((sft, data))) => {
+                        let mut sft = sft_stage(sft, data, actor, progress, &tokenizer, &options)?;
                         sft.pipeline.resume_at(position)?;
                         Stage::Sft {
                             sft,
                             build_rl: Some(rl),
                         }
                     }
-                    StageState::Rl { pipeline: state } => {
-                        let (mut pipeline, actor) = rl(ActorStart::Checkpoint(actor_dir))?;
+                    (StageState::Sft { .. }, None) => {
+                        return Err(Error::invalid_data(
+                            "checkpoint",
+                            format!(
+                                "{} was taken in an SFT stage, and the config has no `[sft]`",
+                                dir.display()
+                            ),
+                        ));
+                    }
+                    (StageState::Rl { pipeline: state }, _) => {
+                        let (mut pipeline, actor) = rl(actor)?;
                         pipeline.restore(state)?;
                         Stage::Rl {
                             pipeline: Box::new(pipeline),
@@ -295,7 +233,47 @@ impl RunBuilder {
                 (stage, Some(restored))
             }
         };
-        let eval = if self.eval.is_empty() {
+        Run::start(plan, &self.config, source, tokenizer, stage, eval, restored)
+    }
+
+    /// The SFT stage's plan with its training and held-out pairs; `None` without `[sft]`.
+    ///
+    /// # Errors
+    /// `[sft]` without SFT examples, or SFT examples without `[sft]`.
+    fn sft_data<'p>(&mut self, plan: &'p RunPlan) -> Result<Option<(&'p SftPlan, SftData)>> {
+        match (&plan.sft, self.sft.take()) {
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(Error::invalid_data(
+                "run",
+                "the config has an `[sft]` section but no SFT examples were given: call \
+                 RunBuilder::sft_examples",
+            )),
+            (None, Some(_)) => Err(Error::invalid_data(
+                "run",
+                "SFT examples were given but the config has no `[sft]` section to train them \
+                 with",
+            )),
+            (Some(sft), Some(train)) => Ok(Some((
+                sft,
+                SftData {
+                    train,
+                    held_out: std::mem::take(&mut self.sft_eval),
+                },
+            ))),
+        }
+    }
+
+    /// The held-out prompts, resolved to their domains, with the reward that scores them.
+    ///
+    /// # Errors
+    /// `run.eval_every` without held-out prompts, held-out prompts in an agentic run, a prompt
+    /// whose tag names no domain.
+    fn evaluation(
+        &mut self,
+        plan: &RunPlan,
+        reward: Option<Arc<dyn RewardWorker>>,
+    ) -> Result<Option<Evaluation>> {
+        if self.eval.is_empty() {
             if plan.run.eval_every > 0 {
                 return Err(Error::invalid_data(
                     "run",
@@ -303,23 +281,21 @@ impl RunBuilder {
                      RunBuilder::eval_prompts",
                 ));
             }
-            None
-        } else {
-            let (RolloutPlan::Rlvr { domains, .. }, Some(reward)) = (&plan.rollout, eval) else {
-                return Err(Error::invalid_data(
-                    "run",
-                    "held-out prompts are scored by the `[domains]` reward workers, which an \
-                     agentic run does not have",
-                ));
-            };
-            let map = DomainMap::from_config(domains)?;
-            let mut prompts = std::mem::take(&mut self.eval);
-            for p in &mut prompts {
-                map.resolve_prompt(p)?;
-            }
-            Some(Evaluation { prompts, reward })
+            return Ok(None);
+        }
+        let (RolloutPlan::Rlvr { domains, .. }, Some(reward)) = (&plan.rollout, reward) else {
+            return Err(Error::invalid_data(
+                "run",
+                "held-out prompts are scored by the `[domains]` reward workers, which an agentic \
+                 run does not have",
+            ));
         };
-        Run::start(plan, &self.config, source, tokenizer, stage, eval, restored)
+        let map = DomainMap::from_config(domains)?;
+        let mut prompts = std::mem::take(&mut self.eval);
+        for p in &mut prompts {
+            map.resolve_prompt(p)?;
+        }
+        Ok(Some(Evaluation { prompts, reward }))
     }
 
     /// The RL stage as a function of the weights it starts from, and the reward that scores
@@ -435,6 +411,67 @@ impl RunBuilder {
             }
         })
     }
+}
+
+/// The pairs of the SFT stage.
+struct SftData {
+    train: Vec<SftExample>,
+    held_out: Vec<SftExample>,
+}
+
+/// The SFT stage: its actor (new from weights, with the learning-rate schedule sized to the
+/// dataset, or resumed from a checkpoint) and its pipeline.
+///
+/// # Errors
+/// `sft.warmup_steps` not shorter than a decaying schedule's stage, or as [`BurnPolicy::new`],
+/// [`BurnPolicy::resume`] and [`SftPipeline::new`].
+fn sft_stage(
+    plan: &SftPlan,
+    data: SftData,
+    start: ActorStart,
+    progress: SftProgress,
+    tokenizer: &Arc<dyn Tokenizer>,
+    options: &PolicyOptions,
+) -> Result<Box<SftStage>> {
+    let policy = Arc::new(match start {
+        ActorStart::Weights(model) => {
+            let mut trainer = plan.trainer.clone();
+            let steps = data.train.len().div_ceil(plan.pipeline.batch_size) as u64
+                * u64::from(plan.pipeline.epochs);
+            let decays = !matches!(trainer.schedule, LrSchedule::Constant {});
+            if decays && trainer.warmup_steps >= steps {
+                return Err(Error::InvalidValue {
+                    key: "sft.warmup_steps".into(),
+                    value: trainer.warmup_steps.to_string(),
+                    allowed: format!(
+                        "fewer than the SFT stage's {steps} steps ({} examples, batches of {}, \
+                         {} epochs): the schedule decays after the warm-up",
+                        data.train.len(),
+                        plan.pipeline.batch_size,
+                        plan.pipeline.epochs
+                    ),
+                    origin: None,
+                });
+            }
+            trainer.total_steps = Some(steps);
+            BurnPolicy::new(*model, tokenizer.clone(), trainer, options.clone())?
+        }
+        ActorStart::Checkpoint(dir) => BurnPolicy::resume(dir, tokenizer.clone(), options.clone())?,
+    });
+    let pipeline = SftPipeline::new(
+        policy.clone(),
+        tokenizer.clone(),
+        data.train,
+        plan.pipeline.clone(),
+    )?
+    .with_eval(data.held_out)?;
+    Ok(Box::new(SftStage {
+        pipeline,
+        policy,
+        eval_every: plan.eval_every,
+        save_every: plan.save_every,
+        progress,
+    }))
 }
 
 /// Options of a component registered from code: none (an empty table).

@@ -74,6 +74,8 @@ struct Recorder {
     path: PathBuf,
     /// Lines in the file.
     lines: u64,
+    /// When the run started (earlier than this process for a resumed run): the clock of
+    /// `time_s`, evaluations and the summary.
     started: Instant,
 }
 
@@ -126,7 +128,6 @@ pub struct Run {
     eval: Option<Evaluation>,
     recorder: Recorder,
     summary: RunSummary,
-    started: Instant,
     resumed: Option<Resumed>,
 }
 
@@ -198,7 +199,6 @@ impl Run {
             eval,
             recorder,
             summary,
-            started,
             resumed,
         })
     }
@@ -380,7 +380,7 @@ impl Run {
             stage,
             self.summary.clone(),
             self.recorder.lines,
-            self.started.elapsed(),
+            self.recorder.started.elapsed(),
         );
         let root = self.plan.run.output_dir.join(CHECKPOINTS);
         let dir = checkpoint::save(&root, id, &state, self.plan.run.keep_checkpoints, |dir| {
@@ -426,7 +426,7 @@ impl Run {
             accuracy: report.accuracy(),
             reward_mean: report.reward_mean(),
             failed: report.failed(),
-            at_s: self.started.elapsed().as_secs_f64(),
+            at_s: self.recorder.started.elapsed().as_secs_f64(),
         };
         println!(
             "[{}] held-out accuracy {label}: {:.1}% ({} prompts, {:.1} s)",
@@ -523,7 +523,7 @@ impl Run {
         let out = self.plan.run.output_dir.join("final_model");
         self.export(&out)?;
         self.summary.exports.push(("final".into(), out));
-        self.summary.total_time = self.started.elapsed();
+        self.summary.total_time = self.recorder.started.elapsed();
         self.summary.plots = super::plot_metrics(&self.plan.run.output_dir)?;
         let path = self.plan.run.output_dir.join("summary.md");
         std::fs::write(&path, self.summary.to_string())

@@ -72,14 +72,19 @@ impl CausalLm {
         self.decoder_config().max_position_embeddings
     }
 
-    /// Refuses a sequence of `length` tokens (index `sequence` of its request) longer than
-    /// [`CausalLm::max_position_embeddings`]: positions past it were never trained, and a model
-    /// silently extrapolating there is a wrong result, not an answer.
+    /// Refuses sequences (their lengths in tokens, prompt and response, in request order)
+    /// longer than [`CausalLm::max_position_embeddings`]: positions past it were never trained,
+    /// and a model silently extrapolating there is a wrong result, not an answer.
     ///
     /// # Errors
-    /// [`BackendError::SequenceTooLong`](crate::BackendError::SequenceTooLong).
-    pub fn check_length(&self, sequence: usize, length: usize) -> crate::Result<()> {
-        check_length(self.max_position_embeddings(), sequence, length)
+    /// [`BackendError::SequenceTooLong`](crate::BackendError::SequenceTooLong) naming the first
+    /// sequence too long.
+    pub fn check_lengths(&self, lengths: impl IntoIterator<Item = usize>) -> crate::Result<()> {
+        let max = self.max_position_embeddings();
+        lengths
+            .into_iter()
+            .enumerate()
+            .try_for_each(|(sequence, length)| check_length(max, sequence, length))
     }
 
     /// Vocabulary size (valid token ids are `0..vocab_size`).
@@ -120,7 +125,7 @@ impl CausalLm {
     }
 }
 
-/// [`CausalLm::check_length`] against a known limit.
+/// [`CausalLm::check_lengths`] of one sequence against a known limit.
 pub(crate) fn check_length(
     max_position_embeddings: Option<usize>,
     sequence: usize,

@@ -98,7 +98,7 @@ pub struct DecoderConfig {
     #[config(default = false)]
     pub tie_word_embeddings: bool,
     /// The longest sequence the model was built for; longer inputs are refused
-    /// ([`CausalLm::check_length`](crate::CausalLm::check_length)). `None`: not stated.
+    /// ([`CausalLm::check_lengths`](crate::CausalLm::check_lengths)). `None`: not stated.
     pub max_position_embeddings: Option<usize>,
 }
 

@@ -218,10 +218,12 @@ impl Trainer {
     ) -> Result<BatchGradients> {
         let objective = checked_objective(objective)?;
         let model = self.core.module()?;
-        let max = model.max_position_embeddings();
-        for (i, s) in batch.sequences().iter().enumerate() {
-            crate::models::check_length(max, i, s.prompt_ids.len() + s.response_ids.len())?;
-        }
+        model.check_lengths(
+            batch
+                .sequences()
+                .iter()
+                .map(|s| s.prompt_ids.len() + s.response_ids.len()),
+        )?;
         let plan = plan(batch, &self.core.config)?;
         let mut objective = objective;
         if let LossAggregation::SeqMeanTokenSumNorm { horizon: None } = objective.loss_aggregation {

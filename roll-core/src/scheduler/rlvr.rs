@@ -297,10 +297,7 @@ impl RlvrScheduler {
         if open.aborted > 0 {
             // Aborted when a batch closed: the group cannot complete, and its prompt must not be
             // lost (the dataset position counts it as drawn). It starts again, on new weights.
-            stats.samples_aborted += open.done.len() as u64;
-            stats.samples_wasted += open.done.len() as u64;
-            stats.prompts_requeued += 1;
-            self.requeued.push_back(open.prompt);
+            self.requeue(open.prompt, open.done.len(), stats);
             return;
         }
         if open.done.is_empty() {
@@ -380,11 +377,16 @@ impl RlvrScheduler {
         // completed while the others were aborting is in `ready` and is handled with it. One
         // still open lost a sample's outcome: its prompt is asked again too.
         for (_, open) in std::mem::take(&mut self.open) {
-            stats.samples_aborted += open.done.len() as u64;
-            stats.samples_wasted += open.done.len() as u64;
-            stats.prompts_requeued += 1;
-            self.requeued.push_back(open.prompt);
+            self.requeue(open.prompt, open.done.len(), stats);
         }
+    }
+
+    /// Asks `prompt` again later, discarding the `finished` samples its group had generated.
+    fn requeue(&mut self, prompt: Arc<Prompt>, finished: usize, stats: &mut RolloutStats) {
+        stats.samples_aborted += finished as u64;
+        stats.samples_wasted += finished as u64;
+        stats.prompts_requeued += 1;
+        self.requeued.push_back(prompt);
     }
 }
 
@@ -550,10 +552,7 @@ impl Scheduler for RlvrScheduler {
             // Groups that finished beyond the batch are off-policy after this step's update:
             // synchronous training discards their samples and asks their prompts again.
             for g in std::mem::take(&mut self.ready) {
-                stats.samples_aborted += g.len() as u64;
-                stats.samples_wasted += g.len() as u64;
-                stats.prompts_requeued += 1;
-                self.requeued.push_back(g.prompt().clone());
+                self.requeue(g.prompt().clone(), g.len(), &mut stats);
             }
             // Asked again in dataset order, whatever order the aborts completed in.
             self.requeued.make_contiguous().sort_by_key(|p| p.id);
