@@ -51,6 +51,21 @@ pub struct TrainerConfig {
     /// Passes over the batch in one train step (PPO epochs); each pass is one optimiser update,
     /// and the inference side receives the weights once, after the last.
     pub epochs: u32,
+    /// Which kernels compute the actor's gradients. Default [`TrainKernels::Auto`].
+    pub kernels: TrainKernels,
+}
+
+/// Which kernels compute the actor's gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainKernels {
+    /// The fused CPU kernels where they cover the model — a dense Qwen2/Qwen3 on the CPU (Flex)
+    /// device without LoRA — and Burn's autodiff everywhere else.
+    #[default]
+    Auto,
+    /// Burn's autodiff always: the generic path, and the reference the fused one is tested
+    /// against.
+    Autodiff,
 }
 
 impl Default for TrainerConfig {
@@ -69,6 +84,7 @@ impl Default for TrainerConfig {
             lora: None,
             seed: 0,
             epochs: 1,
+            kernels: TrainKernels::Auto,
         }
     }
 }
@@ -104,6 +120,7 @@ impl TrainerConfig {
             lora: None,
             seed: roll_core::rng::derive_seed(config.run.seed, "trainer"),
             epochs: train.ppo_epochs.max(1),
+            kernels: TrainKernels::Auto,
         }
     }
 }

@@ -50,12 +50,13 @@ mod clip;
 mod config;
 mod core;
 mod critic;
+mod fused;
 mod lora;
 mod schedule;
 mod trainer;
 
 pub use clip::{clip_grad_norm, global_grad_norm};
-pub use config::{LoraConfig, LrSchedule, TrainerConfig};
+pub use config::{LoraConfig, LrSchedule, TrainKernels, TrainerConfig};
 pub use core::{BatchGradients, TrainStepReport};
 pub use critic::{CriticModel, CriticTrainer};
 pub use lora::TrainerRng;

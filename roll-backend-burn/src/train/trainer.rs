@@ -1,18 +1,20 @@
 //! [`Trainer`]: the actor's optimisation step on a [`TrainBatch`] under a roll-algos objective.
 
 use super::checkpoint::{self, CheckpointMeta, TrainedRole};
+use super::config::TrainKernels;
 use super::config::TrainerConfig;
 use super::core::{
-    BatchGradients, Chunk, Core, MetricSums, TrainStepReport, materialize_params, plan,
+    BatchGradients, Chunk, Core, MetricSums, Plan, TrainStepReport, materialize_params, plan,
 };
+use super::fused;
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
 use crate::models::CausalLm;
 use crate::models::token_logprobs_and_entropy;
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
-use burn::tensor::Device;
-use roll_algos::loss::{LossAggregation, PolicyInputs, policy_objective};
+use burn::tensor::{Device, Tensor, TensorData};
+use roll_algos::loss::{LossAggregation, PolicyInputs, PolicyMetrics, policy_objective};
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use roll_core::{TrainBatch, TrainSequence};
 use std::path::{Path, PathBuf};
@@ -231,6 +233,10 @@ impl Trainer {
                 horizon: Some(plan.max_response.max(1)),
             };
         }
+        let fused = match self.kernels() {
+            TrainKernels::Auto => Some(fused::extract(model)?),
+            TrainKernels::Autodiff => None,
+        };
         let mut acc = GradientsAccumulator::<CausalLm>::new();
         let mut sums = MetricSums::default();
         let mut loss = 0.0;
@@ -241,12 +247,23 @@ impl Trainer {
                 model.vocab_size(),
                 &self.core.ad_device,
             )?;
-            let inputs = policy_inputs(model, &chunk, &objective);
-            let out = policy_objective(&objective, inputs, &plan.denominators)
-                .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
-            let grads = GradientsParams::from_grads(out.loss.backward(), model);
-            acc.accumulate(model, grads);
-            let m = out.metrics;
+            let m = match &fused {
+                Some(weights) => {
+                    let (grads, metrics) =
+                        self.fused_gradients(weights, &chunk, &objective, &plan)?;
+                    acc.accumulate(model, grads);
+                    metrics
+                }
+                None => {
+                    let (logp, entropy) = response_logprobs(model, &chunk);
+                    let inputs = policy_inputs(logp, entropy, &chunk, &objective);
+                    let out = policy_objective(&objective, inputs, &plan.denominators)
+                        .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
+                    let grads = GradientsParams::from_grads(out.loss.backward(), model);
+                    acc.accumulate(model, grads);
+                    out.metrics
+                }
+            };
             loss += f64::from(m.total_loss);
             for (k, v) in [
                 ("pg_loss", m.pg_loss),
@@ -285,6 +302,89 @@ impl Trainer {
             micro_batches: plan.chunks.len(),
             metrics: sums.finish(),
         })
+    }
+
+    /// The kernels this trainer's gradients run on: [`TrainKernels::Auto`] when the fused CPU
+    /// path covers the model (dense Qwen2/Qwen3 on the CPU device, no LoRA) and the config
+    /// allows it, [`TrainKernels::Autodiff`] otherwise.
+    pub fn kernels(&self) -> TrainKernels {
+        let covered = self.base.is_none()
+            && self.core.device == Device::flex()
+            && self
+                .core
+                .module()
+                .is_ok_and(|m| !matches!(m, CausalLm::Qwen3Moe(_)));
+        match self.core.config.kernels {
+            TrainKernels::Auto if covered => TrainKernels::Auto,
+            _ => TrainKernels::Autodiff,
+        }
+    }
+
+    /// One micro-batch on the fused path: the model's forward on the fused kernels, the
+    /// objective on Burn over the log-prob (and entropy) leaves, and the fused backward from
+    /// their gradients.
+    fn fused_gradients(
+        &self,
+        weights: &fused::Weights,
+        chunk: &Chunk<'_>,
+        objective: &Objective,
+        plan: &Plan,
+    ) -> Result<(GradientsParams, PolicyMetrics)> {
+        let device = &self.core.device;
+        let packed = fused::pack(&chunk.seqs);
+        let tape = fused::forward(weights, &packed, device)?;
+        let leaf = |values: &[f32]| {
+            let grid = fused::to_grid(values, &chunk.seqs, chunk.width);
+            Tensor::<2>::from_data(
+                TensorData::new(grid, [chunk.rows, chunk.width]),
+                &self.core.ad_device,
+            )
+            .require_grad()
+        };
+        let logp = leaf(&tape.logprobs);
+        let entropy = leaf(&tape.entropy);
+        let entropy_grad = objective.entropy_coef != 0.0;
+        let inputs = policy_inputs(
+            logp.clone(),
+            if entropy_grad {
+                entropy.clone()
+            } else {
+                entropy.clone().detach()
+            },
+            chunk,
+            objective,
+        );
+        let out = policy_objective(objective, inputs, &plan.denominators)
+            .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
+        let grads = out.loss.backward();
+        let read = |t: Option<Tensor<2>>| -> Result<Vec<f32>> {
+            match t {
+                Some(t) => {
+                    let grid = t
+                        .into_data()
+                        .convert::<f32>()
+                        .try_into_vec::<f32>()
+                        .map_err(|e| {
+                            BackendError::Train(format!(
+                                "fused path: cannot read a gradient: {e:?}"
+                            ))
+                        })?;
+                    Ok(fused::from_grid(&grid, &chunk.seqs, chunk.width))
+                }
+                None => Ok(vec![0.0; tape.logprobs.len()]),
+            }
+        };
+        let d_logp = read(logp.grad(&grads))?;
+        let d_entropy = if entropy_grad {
+            read(entropy.grad(&grads))?
+        } else {
+            vec![0.0; d_logp.len()]
+        };
+        let mut sink = fused::GradSink::default();
+        fused::backward(
+            weights, &packed, tape, &d_logp, &d_entropy, &mut sink, device,
+        )?;
+        Ok((sink.into_params(device), out.metrics))
     }
 
     /// Clips the global gradient norm (when configured) and applies one AdamW update at the
@@ -353,18 +453,28 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
     Ok(objective.clone())
 }
 
-/// The objective's inputs for one micro-batch: log-probs (and entropy, with gradient only when
-/// the entropy bonus is on) of the response tokens, and the batch's per-token data — the
-/// rollout's log-probs only when the objective corrects against them.
-fn policy_inputs(model: &CausalLm, chunk: &Chunk<'_>, objective: &Objective) -> PolicyInputs {
-    let entropy_grad = objective.entropy_coef != 0.0;
+/// The log-probs and entropies of a micro-batch's response tokens on Burn's autodiff (`[rows, T]`
+/// each; the entropy carries a gradient only when the objective's entropy bonus is on).
+fn response_logprobs(model: &CausalLm, chunk: &Chunk<'_>) -> (Tensor<2>, Tensor<2>) {
     let hidden = chunk.response_hidden(model.forward_hidden(&chunk.tokens));
     // Straight from the logits: no [B, T, V] log-softmax is materialised, and the gradients are
     // the analytic ones (see `token_logprobs_and_entropy`).
     let (logp, entropy) =
         token_logprobs_and_entropy(model.logits(hidden), chunk.targets.clone(), true);
     let entropy = entropy.unwrap_or_else(|| logp.zeros_like());
-    let entropy = if entropy_grad {
+    (logp, entropy)
+}
+
+/// The objective's inputs for one micro-batch: the response tokens' log-probs and entropies
+/// (the entropy detached unless the entropy bonus is on), and the batch's per-token data — the
+/// rollout's log-probs only when the objective corrects against them.
+fn policy_inputs(
+    logp: Tensor<2>,
+    entropy: Tensor<2>,
+    chunk: &Chunk<'_>,
+    objective: &Objective,
+) -> PolicyInputs {
+    let entropy = if objective.entropy_coef != 0.0 {
         entropy
     } else {
         entropy.detach()

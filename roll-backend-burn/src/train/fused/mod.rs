@@ -1,0 +1,71 @@
+//! The fused CPU training path for dense Qwen2/Qwen3: a forward over packed sequences that keeps
+//! exactly the activations its backward reads, and an analytic backward — RMSNorm, rotary
+//! embedding, causal grouped-query attention, SwiGLU, residuals, and the LM head fused with the
+//! log-prob/entropy of each trained position a chunk of rows at a time (no `[tokens, vocab]`
+//! tensor is kept). GEMMs go through Flex's matmul; element-wise work is spread over rayon.
+//!
+//! Why: on the CPU, Burn's autodiff path spends most of a training step outside the GEMMs —
+//! per-op dispatch, fresh allocations, softmax decomposed into several recorded ops, a gradient
+//! graph built and walked every step. The fused path runs the same mathematics as a fixed
+//! sequence of kernels.
+//!
+//! The objective itself is not duplicated: the policy loss is still roll-algos'
+//! [`policy_objective`](roll_algos::loss::policy_objective) on Burn tensors, but over the
+//! `[rows, T]` log-probs and entropies as leaves; its backward gives `∂loss/∂logp` and
+//! `∂loss/∂H` per token, which the fused backward carries through the model. So every objective
+//! roll-algos has (PPO, GSPO, TIS, KL losses, ...) trains on this path unchanged.
+//!
+//! Which path trains is decided by the model and the device (see
+//! [`TrainKernels`](super::TrainKernels)): dense Qwen2/Qwen3 on the CPU (Flex) device, without
+//! LoRA, runs here; anything else (Qwen3-MoE, LoRA, a GPU device) runs on Burn's autodiff, which
+//! is also the reference the tests compare this path against.
+
+mod attention;
+mod grads;
+mod head;
+mod mm;
+mod model;
+mod norm;
+mod rope;
+mod swiglu;
+#[cfg(test)]
+mod testing;
+mod weights;
+
+pub(crate) use grads::GradSink;
+pub(crate) use model::{Packed, backward, forward};
+pub(crate) use weights::{Weights, extract};
+
+use roll_core::TrainSequence;
+
+/// The micro-batch's sequences packed end to end, each scored over its response.
+pub(crate) fn pack(seqs: &[&TrainSequence]) -> Packed {
+    let mut packed = Packed::default();
+    for s in seqs {
+        let ids = [s.prompt_ids.as_slice(), s.response_ids.as_slice()].concat();
+        packed.push(&ids, s.prompt_ids.len());
+    }
+    packed
+}
+
+/// Per-response-token values (in [`pack`]'s row order) laid out as a `[rows, width]` grid,
+/// zero in padding.
+pub(crate) fn to_grid(values: &[f32], seqs: &[&TrainSequence], width: usize) -> Vec<f32> {
+    let mut grid = vec![0.0; seqs.len() * width];
+    let mut at = 0;
+    for (r, s) in seqs.iter().enumerate() {
+        let n = s.response_ids.len();
+        grid[r * width..r * width + n].copy_from_slice(&values[at..at + n]);
+        at += n;
+    }
+    grid
+}
+
+/// The inverse of [`to_grid`].
+pub(crate) fn from_grid(grid: &[f32], seqs: &[&TrainSequence], width: usize) -> Vec<f32> {
+    let mut values = Vec::with_capacity(grid.len());
+    for (r, s) in seqs.iter().enumerate() {
+        values.extend_from_slice(&grid[r * width..r * width + s.response_ids.len()]);
+    }
+    values
+}

@@ -1,0 +1,182 @@
+//! A dense Qwen model's parameters as the fused path reads them: GEMM weights as the trained
+//! module's own (plain, not copied) Flex tensors, norms and biases as `f32` vectors, each with
+//! the [`ParamId`] its gradient is registered under.
+
+use super::attention::Heads;
+use super::head::Head;
+use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
+use crate::{BackendError, Result};
+use burn::module::{Param, ParamId};
+use burn::nn::{Linear, RmsNorm};
+use burn::tensor::Tensor;
+
+/// A GEMM weight `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`).
+#[derive(Debug, Clone)]
+pub(crate) struct Matrix {
+    pub id: ParamId,
+    pub weight: Tensor<2>,
+    pub bias: Option<Vector>,
+}
+
+/// A vector parameter (a norm's gain, a bias).
+#[derive(Debug, Clone)]
+pub(crate) struct Vector {
+    pub id: ParamId,
+    pub values: Vec<f32>,
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub input_norm: Vector,
+    pub q: Matrix,
+    pub k: Matrix,
+    pub v: Matrix,
+    /// Qwen3's per-head RMSNorm gains of queries and keys.
+    pub qk_norm: Option<(Vector, Vector)>,
+    pub o: Matrix,
+    pub post_norm: Vector,
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+/// Every parameter of the model.
+#[derive(Debug, Clone)]
+pub(crate) struct Weights {
+    pub heads: Heads,
+    pub hidden: usize,
+    pub vocab: usize,
+    pub eps: f32,
+    /// The embedding table's id and `[vocab, hidden]` values (rows are gathered).
+    pub embed: Vector,
+    pub layers: Vec<Layer>,
+    pub final_norm: Vector,
+    /// The LM head; [`Head::Tied`] holds the embedding tensor.
+    pub head: Head,
+    /// The untied head's id (`None` when tied: its gradient goes to the embedding).
+    pub head_id: Option<ParamId>,
+    pub inv_freq: Vec<f32>,
+}
+
+fn vector<const D: usize>(p: &Param<Tensor<D>>, name: &str) -> Result<Vector> {
+    let values = p
+        .val()
+        .inner()
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| BackendError::Train(format!("fused path: cannot read `{name}`: {e:?}")))?;
+    Ok(Vector { id: p.id, values })
+}
+
+fn matrix(l: &Linear, name: &str) -> Result<Matrix> {
+    Ok(Matrix {
+        id: l.weight.id,
+        weight: l.weight.val().inner(),
+        bias: l
+            .bias
+            .as_ref()
+            .map(|b| vector(b, &format!("{name}.bias")))
+            .transpose()?,
+    })
+}
+
+fn norm(n: &RmsNorm, name: &str) -> Result<Vector> {
+    vector(&n.gamma, name)
+}
+
+fn layer(attn: &Attention, mlp: &Mlp, input: &RmsNorm, post: &RmsNorm, i: usize) -> Result<Layer> {
+    let name = |s: &str| format!("layers.{i}.{s}");
+    let qk_norm = match (&attn.q_norm, &attn.k_norm) {
+        (Some(q), Some(k)) => Some((norm(q, &name("q_norm"))?, norm(k, &name("k_norm"))?)),
+        (None, None) => None,
+        _ => {
+            return Err(BackendError::InvalidConfig(format!(
+                "{}: q_norm and k_norm must be both present or both absent",
+                name("self_attn")
+            )));
+        }
+    };
+    let mlp_matrix = |l: &Linear, s: &str| -> Result<Matrix> {
+        if l.bias.is_some() {
+            return Err(BackendError::UnsupportedByDecoder {
+                what: format!("{}: MLP biases", name(s)),
+            });
+        }
+        matrix(l, &name(s))
+    };
+    Ok(Layer {
+        input_norm: norm(input, &name("input_layernorm"))?,
+        q: matrix(&attn.q_proj, &name("q_proj"))?,
+        k: matrix(&attn.k_proj, &name("k_proj"))?,
+        v: matrix(&attn.v_proj, &name("v_proj"))?,
+        qk_norm,
+        o: matrix(&attn.o_proj, &name("o_proj"))?,
+        post_norm: norm(post, &name("post_attention_layernorm"))?,
+        gate: mlp_matrix(&mlp.gate_proj, "gate_proj")?,
+        up: mlp_matrix(&mlp.up_proj, "up_proj")?,
+        down: mlp_matrix(&mlp.down_proj, "down_proj")?,
+    })
+}
+
+fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>) -> Result<Weights> {
+    let c = m.config.decoder();
+    let layers = m
+        .model
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            layer(
+                &l.self_attn,
+                &l.mlp,
+                &l.input_layernorm,
+                &l.post_attention_layernorm,
+                i,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let embed_param = &m.model.embed_tokens.weight;
+    let (head, head_id) = match &m.lm_head {
+        Some(l) => {
+            if l.bias.is_some() {
+                return Err(BackendError::UnsupportedByDecoder {
+                    what: "lm_head bias".into(),
+                });
+            }
+            (Head::Untied(l.weight.val().inner()), Some(l.weight.id))
+        }
+        None => (Head::Tied(embed_param.val().inner()), None),
+    };
+    Ok(Weights {
+        heads: Heads {
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            dim: c.head_dim,
+        },
+        hidden: c.hidden_size,
+        vocab: c.vocab_size,
+        eps: m.model.norm.epsilon as f32,
+        embed: vector(embed_param, "embed_tokens")?,
+        layers,
+        final_norm: norm(&m.model.norm, "norm")?,
+        head,
+        head_id,
+        inv_freq: m.rope.inv_freq().to_vec(),
+    })
+}
+
+/// The weights of a dense Qwen2 or Qwen3 model.
+///
+/// # Errors
+/// [`BackendError::UnsupportedByDecoder`] for Qwen3-MoE or MLP biases.
+pub(crate) fn extract(model: &CausalLm) -> Result<Weights> {
+    match model {
+        CausalLm::Qwen2(m) => of(m),
+        CausalLm::Qwen3(m) => of(m),
+        CausalLm::Qwen3Moe(_) => Err(BackendError::UnsupportedByDecoder {
+            what: "qwen3_moe (mixture-of-experts) models on the fused training path".into(),
+        }),
+    }
+}

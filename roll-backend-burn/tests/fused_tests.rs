@@ -1,0 +1,234 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The fused CPU training path against Burn's autodiff: every parameter's gradient on both
+//! Qwen2 fixtures and on Qwen3 (QK-norm, untied head, free head width), for objectives that use
+//! the log-probs, the entropy and a KL term; micro-batch splits; a whole step.
+
+mod support;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use roll_algos::loss::KlLoss;
+use roll_backend_burn::train::{TrainKernels, Trainer, TrainerConfig};
+use roll_backend_burn::{CausalLm, Device, HfConfig, ScoringOptions, load_model, score};
+use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
+use roll_core::rng::SplitMix64;
+use roll_core::{SampleId, TrainBatch, TrainSequence};
+use std::collections::BTreeMap;
+
+fn dev() -> Device {
+    Device::flex()
+}
+
+/// Every float parameter (or its gradient) by path.
+#[derive(Default)]
+struct Collect {
+    path: Vec<String>,
+    out: BTreeMap<String, Vec<f32>>,
+    grads: Option<GradientsParams>,
+}
+
+impl ModuleVisitor for Collect {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let t = match &self.grads {
+            Some(g) => g
+                .get::<D>(p.id)
+                .unwrap_or_else(|| panic!("no gradient for {:?}", self.path)),
+            None => p.val(),
+        };
+        let v: Vec<f32> = t.into_data().convert::<f32>().try_into_vec().unwrap();
+        self.out.insert(self.path.join("."), v);
+    }
+}
+
+fn collect<M: Module>(m: &M, grads: Option<GradientsParams>) -> BTreeMap<String, Vec<f32>> {
+    let mut c = Collect {
+        grads,
+        ..Default::default()
+    };
+    m.visit(&mut c);
+    c.out
+}
+
+/// `‖a − b‖ / ‖b‖`.
+fn relative_error(a: &[f32], b: &[f32]) -> f64 {
+    let diff: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    (diff / norm.max(1e-30)).sqrt()
+}
+
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    (rng.next_u64() % n as u64) as usize
+}
+
+/// Sequences of mixed lengths with untrained tokens, advantages of both signs and reference
+/// log-probs near the model's own.
+fn batch(model: &CausalLm, n: usize, seed: u64) -> TrainBatch {
+    let vocab = model.vocab_size();
+    let mut rng = SplitMix64::new(seed);
+    let mut seqs: Vec<TrainSequence> = (0..n)
+        .map(|i| {
+            let p = 1 + below(&mut rng, 12);
+            let r = 1 + below(&mut rng, 14);
+            TrainSequence {
+                sample: SampleId(i as u64),
+                prompt_ids: (0..p).map(|_| below(&mut rng, vocab) as u32).collect(),
+                response_ids: (0..r).map(|_| below(&mut rng, vocab) as u32).collect(),
+                loss_mask: (0..r).map(|t| t == 0 || below(&mut rng, 5) != 0).collect(),
+                old_logprobs: vec![0.0; r],
+                rollout_logprobs: vec![0.0; r],
+                ref_logprobs: None,
+                advantages: (0..r).map(|_| rng.next_f64() as f32 * 2.0 - 0.8).collect(),
+                returns: None,
+                old_values: None,
+                weight: 0.5 + rng.next_f64() as f32,
+                score: rng.next_f64() as f32 - 0.5,
+            }
+        })
+        .collect();
+    let request = ScoreRequest {
+        sequences: seqs
+            .iter()
+            .map(|s| ScoreSequence {
+                prompt_ids: s.prompt_ids.clone(),
+                response_ids: s.response_ids.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let scores = score(model, None, &request, &ScoringOptions::default(), &dev()).unwrap();
+    for (s, sc) in seqs.iter_mut().zip(scores) {
+        // Old log-probs slightly off the model's, so the PPO ratio is not 1 and clipping acts.
+        s.old_logprobs = sc
+            .logprobs
+            .iter()
+            .enumerate()
+            .map(|(t, l)| l + 0.1 * ((t % 3) as f32 - 1.0))
+            .collect();
+        s.ref_logprobs = Some(sc.logprobs.iter().map(|l| l - 0.05).collect());
+    }
+    TrainBatch::new(seqs).unwrap()
+}
+
+fn objective() -> Objective {
+    Objective {
+        entropy_coef: 0.01,
+        kl_loss: Some(KlLoss {
+            coef: 0.1,
+            estimator: Default::default(),
+        }),
+        ..Objective::default()
+    }
+}
+
+/// A trainer at an RL learning rate. AdamW's first update moves each weight by about
+/// `lr·g/(|g| + ε)`, whatever the gradient's scale, so a weight whose gradient is near zero
+/// carries the gradient's rounding differences into the update at the scale of `lr`.
+fn trainer(model: &CausalLm, kernels: TrainKernels, micro_batch_size: Option<usize>) -> Trainer {
+    let config = TrainerConfig {
+        lr: 1e-4,
+        kernels,
+        micro_batch_size,
+        ..TrainerConfig::default()
+    };
+    Trainer::new(model.clone(), config, &dev()).unwrap()
+}
+
+/// Gradients of one batch on `kernels`.
+fn gradients(
+    model: &CausalLm,
+    batch: &TrainBatch,
+    kernels: TrainKernels,
+    micro_batch_size: Option<usize>,
+) -> (BTreeMap<String, Vec<f32>>, f64) {
+    let t = trainer(model, kernels, micro_batch_size);
+    assert_eq!(
+        t.kernels(),
+        kernels,
+        "the trainer runs the kernels asked for"
+    );
+    let g = t.accumulate_gradients(batch, &objective()).unwrap();
+    let loss = g.loss;
+    (collect(t.training_model().unwrap(), Some(g.grads)), loss)
+}
+
+fn assert_same_gradients(model: &CausalLm, name: &str) {
+    let b = batch(model, 6, 7);
+    let (fused, fused_loss) = gradients(model, &b, TrainKernels::Auto, None);
+    let (reference, reference_loss) = gradients(model, &b, TrainKernels::Autodiff, None);
+    assert!(
+        (fused_loss - reference_loss).abs() <= 1e-5 * reference_loss.abs().max(1.0),
+        "{name}: loss {fused_loss} vs {reference_loss}"
+    );
+    assert_eq!(
+        fused.keys().collect::<Vec<_>>(),
+        reference.keys().collect::<Vec<_>>()
+    );
+    for (k, g) in &fused {
+        let err = relative_error(g, &reference[k]);
+        assert!(err <= 1e-4, "{name}: {k}: relative error {err:e}");
+    }
+}
+
+fn random(config: HfConfig) -> CausalLm {
+    let m = CausalLm::init(&config, &dev()).unwrap();
+    let _ = collect(&m, None); // every lazy parameter takes its value before the clones
+    m
+}
+
+#[test]
+fn fused_gradients_match_autodiff_on_the_qwen2_fixtures() {
+    for name in ["tiny-qwen2", "tiny-qwen2-sft"] {
+        let model = load_model(support::fixture(name), &dev()).unwrap();
+        assert_same_gradients(&model, name);
+    }
+}
+
+#[test]
+fn fused_gradients_match_autodiff_on_qwen3_with_an_untied_head() {
+    let mut c = HfConfig::new("qwen3", 96, 24, 40, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(8); // heads·head_dim = 32 ≠ hidden 24
+    c.tie_word_embeddings = false;
+    assert_same_gradients(&random(c), "qwen3");
+}
+
+#[test]
+fn packed_micro_batches_sum_to_the_whole_batch() {
+    let model = load_model(support::fixture("tiny-qwen2-sft"), &dev()).unwrap();
+    let b = batch(&model, 5, 11);
+    let (whole, _) = gradients(&model, &b, TrainKernels::Auto, None);
+    let (one_by_one, _) = gradients(&model, &b, TrainKernels::Auto, Some(1));
+    for (k, g) in &whole {
+        let err = relative_error(g, &one_by_one[k]);
+        assert!(err <= 1e-5, "{k}: relative error {err:e}");
+    }
+}
+
+#[test]
+fn a_fused_step_updates_the_weights_as_the_autodiff_step_does() {
+    let model = load_model(support::fixture("tiny-qwen2-sft"), &dev()).unwrap();
+    let b = batch(&model, 6, 3);
+    let mut after = Vec::new();
+    for kernels in [TrainKernels::Auto, TrainKernels::Autodiff] {
+        let mut t = trainer(&model, kernels, None);
+        let report = t.step(&b, &objective()).unwrap();
+        assert!(!report.skipped);
+        after.push((collect(t.training_model().unwrap(), None), report));
+    }
+    let (fused, reference) = (&after[0], &after[1]);
+    assert!((fused.1.grad_norm - reference.1.grad_norm).abs() <= 1e-4 * reference.1.grad_norm);
+    for (k, w) in &fused.0 {
+        let worst = support::max_abs_diff(w, &reference.0[k]);
+        assert!(
+            worst <= 1e-5,
+            "{k}: weights differ by {worst:e} after one step"
+        );
+    }
+}
