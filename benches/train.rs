@@ -14,7 +14,7 @@ mod common;
 use common::bench_models;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use roll_backend_burn::train::{Trainer, TrainerConfig};
+use roll_backend_burn::train::{TrainKernels, Trainer, TrainerConfig};
 use roll_backend_burn::{CausalLm, Device, ScoringOptions, score};
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
@@ -80,14 +80,21 @@ fn bench(c: &mut Criterion) {
     let objective = Objective::default();
     for (name, model) in models {
         let b = batch(&model, &device);
-        let config = TrainerConfig {
-            lr: 1e-6,
-            ..TrainerConfig::default()
-        };
-        let mut trainer = Trainer::new(model, config, &device).expect("trainer");
-        group.bench_with_input(BenchmarkId::from_parameter(name), &b, |bench, b| {
-            bench.iter(|| trainer.step(b, &objective).expect("train step"))
-        });
+        // The fused CPU kernels (what a CPU run uses) and Burn's autodiff (the generic path).
+        for (path, kernels) in [
+            ("fused", TrainKernels::Auto),
+            ("autodiff", TrainKernels::Autodiff),
+        ] {
+            let config = TrainerConfig {
+                lr: 1e-6,
+                kernels,
+                ..TrainerConfig::default()
+            };
+            let mut trainer = Trainer::new(model.clone(), config, &device).expect("trainer");
+            group.bench_with_input(BenchmarkId::new(path, name), &b, |bench, b| {
+                bench.iter(|| trainer.step(b, &objective).expect("train step"))
+            });
+        }
     }
     group.finish();
 }
