@@ -343,17 +343,8 @@ impl Trainer {
         };
         let logp = leaf(&tape.logprobs);
         let entropy = leaf(&tape.entropy);
-        let entropy_grad = objective.entropy_coef != 0.0;
-        let inputs = policy_inputs(
-            logp.clone(),
-            if entropy_grad {
-                entropy.clone()
-            } else {
-                entropy.clone().detach()
-            },
-            chunk,
-            objective,
-        );
+        // `policy_inputs` detaches the entropy unless the bonus is on; its gradient is then None.
+        let inputs = policy_inputs(logp.clone(), entropy.clone(), chunk, objective);
         let out = policy_objective(objective, inputs, &plan.denominators)
             .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
         let grads = out.loss.backward();
@@ -375,11 +366,7 @@ impl Trainer {
             }
         };
         let d_logp = read(logp.grad(&grads))?;
-        let d_entropy = if entropy_grad {
-            read(entropy.grad(&grads))?
-        } else {
-            vec![0.0; d_logp.len()]
-        };
+        let d_entropy = read(entropy.grad(&grads))?;
         let mut sink = fused::GradSink::default();
         fused::backward(
             weights, &packed, tape, &d_logp, &d_entropy, &mut sink, device,

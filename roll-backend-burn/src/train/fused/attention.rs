@@ -69,9 +69,9 @@ pub(crate) fn forward(
                     let qi = &q[(start + i) * heads * d + h * d..][..d];
                     let p = &mut probs[(r * len + i) * len..][..len];
                     let mut max = f32::NEG_INFINITY;
-                    for t in 0..=i {
-                        p[t] = dot(qi, krow(t)) * scale;
-                        max = max.max(p[t]);
+                    for (t, s) in p[..=i].iter_mut().enumerate() {
+                        *s = dot(qi, krow(t)) * scale;
+                        max = max.max(*s);
                     }
                     let mut z = 0.0f32;
                     for x in &mut p[..=i] {
@@ -79,10 +79,10 @@ pub(crate) fn forward(
                         z += *x;
                     }
                     let o = &mut out[(r * len + i) * d..][..d];
-                    for t in 0..=i {
-                        p[t] /= z;
+                    for (t, pt) in p[..=i].iter_mut().enumerate() {
+                        *pt /= z;
                         for (o, &vv) in o.iter_mut().zip(vrow(t)) {
-                            *o += p[t] * vv;
+                            *o += *pt * vv;
                         }
                     }
                 }
