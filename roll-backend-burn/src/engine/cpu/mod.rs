@@ -77,7 +77,7 @@ mod cache;
 pub(crate) mod exp;
 mod gemm;
 mod logits;
-mod matrix;
+pub(crate) mod matrix;
 mod norm;
 mod rope;
 mod swiglu;

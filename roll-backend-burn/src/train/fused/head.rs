@@ -24,10 +24,10 @@ pub(crate) enum Head {
 }
 
 impl Head {
-    fn logits(&self, h: &[f32], rows: usize, device: &Device) -> Result<Vec<f32>> {
+    fn logits(&self, h: &Tensor<2>) -> Result<Vec<f32>> {
         match self {
-            Head::Untied(w) => mm::mul(h, rows, w, device),
-            Head::Tied(e) => mm::mul_t(h, rows, e, device),
+            Head::Untied(w) => mm::mul(h, w),
+            Head::Tied(e) => mm::mul_t(h, e),
         }
     }
 }
@@ -71,7 +71,8 @@ pub(crate) fn forward(
     let (mut lp, mut ent) = (vec![0.0f32; rows], vec![0.0f32; rows]);
     for r0 in (0..rows).step_by(ROW_CHUNK) {
         let r1 = (r0 + ROW_CHUNK).min(rows);
-        let mut z = head.logits(&hidden[r0 * h..r1 * h], r1 - r0, device)?;
+        let chunk = mm::tensor(hidden[r0 * h..r1 * h].to_vec(), r1 - r0, h, device);
+        let mut z = head.logits(&chunk)?;
         softmax_rows(
             &mut z,
             vocab,
@@ -101,8 +102,8 @@ pub(crate) fn backward(
     let mut dh = Vec::with_capacity(rows * h);
     for r0 in (0..rows).step_by(ROW_CHUNK) {
         let r1 = (r0 + ROW_CHUNK).min(rows);
-        let hidden = &hidden[r0 * h..r1 * h];
-        let mut z = head.logits(hidden, r1 - r0, device)?;
+        let chunk = mm::tensor(hidden[r0 * h..r1 * h].to_vec(), r1 - r0, h, device);
+        let mut z = head.logits(&chunk)?;
         let (mut lp, mut ent) = (vec![0.0f32; r1 - r0], vec![0.0f32; r1 - r0]);
         softmax_rows(&mut z, vocab, &targets[r0..r1], &mut lp, &mut ent);
         // z now holds p; turn it into ∂loss/∂z.
@@ -111,21 +112,30 @@ pub(crate) fn backward(
             .zip(d_logp[r0..r1].par_iter().zip(&d_entropy[r0..r1]))
             .zip(ent.par_iter())
             .for_each(|(((p, &y), (&dl, &de)), &entropy)| {
-                for x in p.iter_mut() {
-                    let pv = *x;
-                    let log_p = if pv > 0.0 { pv.ln() } else { 0.0 };
-                    *x = -dl * pv - de * pv * (log_p + entropy);
+                if de == 0.0 {
+                    // No entropy term (its coefficient is 0, or the row is masked): skip the
+                    // logarithms, a vocabulary's worth per row.
+                    for x in p.iter_mut() {
+                        *x *= -dl;
+                    }
+                } else {
+                    for x in p.iter_mut() {
+                        let pv = *x;
+                        let log_p = if pv > 0.0 { pv.ln() } else { 0.0 };
+                        *x = -dl * pv - de * pv * (log_p + entropy);
+                    }
                 }
                 p[y as usize] += dl;
             });
+        let dz = mm::tensor(z, r1 - r0, vocab, device);
         match head {
             Head::Untied(w) => {
-                dh.extend(mm::mul_t(&z, r1 - r0, w, device)?);
-                mm::add_in_place(dw, &mm::t_mul(hidden, &z, r1 - r0, device)?);
+                dh.extend(mm::mul_t(&dz, w)?);
+                mm::add_in_place(dw, &mm::t_mul(&chunk, &dz)?);
             }
             Head::Tied(e) => {
-                dh.extend(mm::mul(&z, r1 - r0, e, device)?);
-                mm::add_in_place(dw, &mm::t_mul(&z, hidden, r1 - r0, device)?);
+                dh.extend(mm::mul(&dz, e)?);
+                mm::add_in_place(dw, &mm::t_mul(&dz, &chunk)?);
             }
         }
     }

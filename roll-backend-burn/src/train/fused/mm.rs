@@ -5,6 +5,10 @@ use crate::{BackendError, Result};
 use burn::tensor::{Device, Tensor, TensorData};
 
 /// A row-major `[rows, cols]` activation as a Flex tensor (the values move, they are not copied).
+///
+/// Activations that only feed GEMMs live as tensors from the moment they are made: a tensor's
+/// clone shares its buffer, so the three projections of one input (and, in the backward, the
+/// weight and input gradients of one output gradient) read one copy.
 pub(crate) fn tensor(values: Vec<f32>, rows: usize, cols: usize, device: &Device) -> Tensor<2> {
     debug_assert_eq!(values.len(), rows * cols);
     Tensor::from_data(TensorData::new(values, [rows, cols]), device)
@@ -20,23 +24,19 @@ pub(crate) fn values(t: Tensor<2>) -> Result<Vec<f32>> {
         .map_err(|e| BackendError::Train(format!("fused path: cannot read a product: {e:?}")))
 }
 
-/// `A·B` for `a` `[m, k]` and a weight `b` `[k, n]`.
-pub(crate) fn mul(a: &[f32], m: usize, b: &Tensor<2>, device: &Device) -> Result<Vec<f32>> {
-    let k = b.dims()[0];
-    values(tensor(a.to_vec(), m, k, device).matmul(b.clone()))
+/// `A·B` for an activation `a` `[m, k]` and a weight `b` `[k, n]`.
+pub(crate) fn mul(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
+    values(a.clone().matmul(b.clone()))
 }
 
 /// `A·Bᵀ` for `a` `[m, n]` and a weight `b` `[k, n]` (the input gradient of `X·B`).
-pub(crate) fn mul_t(a: &[f32], m: usize, b: &Tensor<2>, device: &Device) -> Result<Vec<f32>> {
-    let n = b.dims()[1];
-    values(tensor(a.to_vec(), m, n, device).matmul(b.clone().transpose()))
+pub(crate) fn mul_t(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
+    values(a.clone().matmul(b.clone().transpose()))
 }
 
 /// `Aᵀ·B` for activations `a` `[m, k]` and `b` `[m, n]` (the weight gradient of `A·W`).
-pub(crate) fn t_mul(a: &[f32], b: &[f32], m: usize, device: &Device) -> Result<Vec<f32>> {
-    let (k, n) = (a.len() / m.max(1), b.len() / m.max(1));
-    let a = tensor(a.to_vec(), m, k, device);
-    values(a.transpose().matmul(tensor(b.to_vec(), m, n, device)))
+pub(crate) fn t_mul(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
+    values(a.clone().transpose().matmul(b.clone()))
 }
 
 /// Adds `bias` to every row of `y` (`[rows, bias.len()]`).
@@ -57,9 +57,4 @@ pub(crate) fn add_column_sums(into: &mut [f32], dy: &[f32]) {
     }
 }
 
-/// `x += y`, element-wise.
-pub(crate) fn add_in_place(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
+pub(crate) use crate::engine::cpu::matrix::add_in_place;

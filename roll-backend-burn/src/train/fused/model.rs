@@ -11,7 +11,7 @@ use super::rope;
 use super::swiglu;
 use super::weights::{Matrix, Weights};
 use crate::{BackendError, Result};
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 
 /// Sequences packed end to end, and the positions whose next token is scored.
 #[derive(Debug, Clone, Default)]
@@ -44,10 +44,13 @@ impl Packed {
 }
 
 /// What one layer's backward reads.
+///
+/// Inputs of linear layers (`h1`, `attn`, `h2`, `act`) are kept as the tensors their GEMMs read;
+/// the rest as values.
 struct LayerTape {
     x: Vec<f32>,
     r1: Vec<f32>,
-    h1: Vec<f32>,
+    h1: Tensor<2>,
     /// Queries and keys before the QK-norm, with its reciprocal roots (Qwen3).
     qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
     /// Queries and keys as attention read them (normed, rotated).
@@ -55,13 +58,13 @@ struct LayerTape {
     k: Vec<f32>,
     v: Vec<f32>,
     probs: Vec<Probs>,
-    attn: Vec<f32>,
+    attn: Tensor<2>,
     xm: Vec<f32>,
     r2: Vec<f32>,
-    h2: Vec<f32>,
+    h2: Tensor<2>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    act: Vec<f32>,
+    act: Tensor<2>,
 }
 
 /// A forward's saved activations and its outputs.
@@ -78,8 +81,8 @@ pub(crate) struct Tape {
     pub entropy: Vec<f32>,
 }
 
-fn linear(x: &[f32], rows: usize, m: &Matrix, device: &Device) -> Result<Vec<f32>> {
-    let mut y = mm::mul(x, rows, &m.weight, device)?;
+fn linear(x: &Tensor<2>, m: &Matrix) -> Result<Vec<f32>> {
+    let mut y = mm::mul(x, &m.weight)?;
     if let Some(b) = &m.bias {
         mm::add_bias(&mut y, &b.values);
     }
@@ -111,9 +114,10 @@ pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> 
     let mut layers = Vec::with_capacity(w.layers.len());
     for l in &w.layers {
         let (h1, r1) = norm::forward(&x, &l.input_norm.values, w.eps);
-        let mut q = linear(&h1, n, &l.q, device)?;
-        let mut k = linear(&h1, n, &l.k, device)?;
-        let v = linear(&h1, n, &l.v, device)?;
+        let h1 = mm::tensor(h1, n, h, device);
+        let mut q = linear(&h1, &l.q)?;
+        let mut k = linear(&h1, &l.k)?;
+        let v = linear(&h1, &l.v)?;
         let qk_pre = match &l.qk_norm {
             Some((qn, kn)) => {
                 let (q_normed, rq) = norm::forward(&q, &qn.values, w.eps);
@@ -128,13 +132,16 @@ pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> 
         rope::rotate(&mut q, &p.positions, d, &cos, &sin, false);
         rope::rotate(&mut k, &p.positions, d, &cos, &sin, false);
         let (attn, probs) = attention::forward(&q, &k, &v, &p.seqs, w.heads);
-        let mut xm = linear(&attn, n, &l.o, device)?;
+        let attn = mm::tensor(attn, n, w.heads.heads * d, device);
+        let mut xm = linear(&attn, &l.o)?;
         mm::add_in_place(&mut xm, &x);
         let (h2, r2) = norm::forward(&xm, &l.post_norm.values, w.eps);
-        let gate = mm::mul(&h2, n, &l.gate.weight, device)?;
-        let up = mm::mul(&h2, n, &l.up.weight, device)?;
+        let h2 = mm::tensor(h2, n, h, device);
+        let gate = mm::mul(&h2, &l.gate.weight)?;
+        let up = mm::mul(&h2, &l.up.weight)?;
         let act = swiglu::forward(&gate, &up);
-        let mut next = mm::mul(&act, n, &l.down.weight, device)?;
+        let act = mm::tensor(act, n, l.down.weight.dims()[0], device);
+        let mut next = mm::mul(&act, &l.down.weight)?;
         mm::add_in_place(&mut next, &xm);
         layers.push(LayerTape {
             x,
@@ -183,20 +190,21 @@ pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> 
 
 /// Adds `Xᵀ·dY` (and the bias gradient) of a linear layer to `sink`; returns `dY·Wᵀ`.
 fn linear_backward(
-    x: &[f32],
-    dy: &[f32],
-    rows: usize,
+    x: &Tensor<2>,
+    dy: Vec<f32>,
     m: &Matrix,
     sink: &mut GradSink,
     device: &Device,
 ) -> Result<Vec<f32>> {
-    sink.add_matrix(m.id, m.weight.dims(), mm::t_mul(x, dy, rows, device)?);
     if let Some(b) = &m.bias {
         let mut db = vec![0.0; b.values.len()];
-        mm::add_column_sums(&mut db, dy);
+        mm::add_column_sums(&mut db, &dy);
         sink.add_vector(b.id, db);
     }
-    mm::mul_t(dy, rows, &m.weight, device)
+    let [rows, cols] = [x.dims()[0], m.weight.dims()[1]];
+    let dy = mm::tensor(dy, rows, cols, device);
+    sink.add_matrix(m.id, m.weight.dims(), mm::t_mul(x, &dy)?);
+    mm::mul_t(&dy, &m.weight)
 }
 
 /// The backward pass: the gradient of `Σ d_logp·logp + d_entropy·entropy` over the scored rows,
@@ -248,19 +256,19 @@ pub(crate) fn backward(
     sink.add_vector(w.final_norm.id, dg);
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
-        let d_act = linear_backward(&t.act, &dx, n, &l.down, sink, device)?;
+        let d_act = linear_backward(&t.act, dx.clone(), &l.down, sink, device)?;
         let (d_gate, d_up) = swiglu::backward(&t.gate, &t.up, &d_act);
-        let mut dh2 = linear_backward(&t.h2, &d_gate, n, &l.gate, sink, device)?;
+        let mut dh2 = linear_backward(&t.h2, d_gate, &l.gate, sink, device)?;
         mm::add_in_place(
             &mut dh2,
-            &linear_backward(&t.h2, &d_up, n, &l.up, sink, device)?,
+            &linear_backward(&t.h2, d_up, &l.up, sink, device)?,
         );
         let mut dg2 = vec![0.0; h];
         let mut dxm = norm::backward(&t.xm, &t.r2, &l.post_norm.values, &dh2, &mut dg2);
         sink.add_vector(l.post_norm.id, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
-        let d_attn = linear_backward(&t.attn, &dxm, n, &l.o, sink, device)?;
+        let d_attn = linear_backward(&t.attn, dxm.clone(), &l.o, sink, device)?;
         let (mut dq, mut dk, dv) =
             attention::backward(&t.q, &t.k, &t.v, &t.probs, &d_attn, &p.seqs, w.heads);
         rope::rotate(&mut dq, &p.positions, d, &cos, &sin, true);
@@ -273,15 +281,9 @@ pub(crate) fn backward(
             dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
             sink.add_vector(kn.id, dgk);
         }
-        let mut dh1 = linear_backward(&t.h1, &dq, n, &l.q, sink, device)?;
-        mm::add_in_place(
-            &mut dh1,
-            &linear_backward(&t.h1, &dk, n, &l.k, sink, device)?,
-        );
-        mm::add_in_place(
-            &mut dh1,
-            &linear_backward(&t.h1, &dv, n, &l.v, sink, device)?,
-        );
+        let mut dh1 = linear_backward(&t.h1, dq, &l.q, sink, device)?;
+        mm::add_in_place(&mut dh1, &linear_backward(&t.h1, dk, &l.k, sink, device)?);
+        mm::add_in_place(&mut dh1, &linear_backward(&t.h1, dv, &l.v, sink, device)?);
         let mut dg1 = vec![0.0; h];
         dx = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
         sink.add_vector(l.input_norm.id, dg1);
