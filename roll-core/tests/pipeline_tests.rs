@@ -211,6 +211,66 @@ async fn synchronous_mode_aborts_leftovers_and_async_mode_keeps_them_within_stal
     assert_eq!(mock.steps(), 4);
 }
 
+/// The mock policy, with each request held back by a delay that depends on `jitter` and the
+/// request's seed: two runs with different `jitter` finish the same requests in different orders.
+struct Jittery {
+    inner: MockPolicy,
+    jitter: u64,
+}
+
+#[async_trait::async_trait]
+impl Generate for Jittery {
+    async fn generate(
+        &self,
+        request: roll_core::GenerationRequest,
+    ) -> roll_core::Result<roll_core::Generation> {
+        let seed = request.params.seed.unwrap_or(0);
+        let mixed = (seed ^ self.jitter).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+        tokio::time::sleep(Duration::from_micros(mixed % 4000)).await;
+        self.inner.generate(request).await
+    }
+
+    fn weight_version(&self) -> WeightVersion {
+        self.inner.weight_version()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_batches_do_not_depend_on_which_request_finishes_first() {
+    // Oversampling and the filter make the batch a choice among more groups than it keeps; in
+    // synchronous mode that choice follows issue order, so reruns (and resumed runs) agree.
+    let filter = DynamicFilter {
+        min_std: Some(0.0),
+        ..Default::default()
+    };
+    let mut config = scheduler_config(3, 4);
+    config.oversample_prompts = 6;
+    let mut runs = Vec::new();
+    for jitter in [1, 2, 3] {
+        let policy = Arc::new(Jittery {
+            inner: MockPolicy::digits(),
+            jitter,
+        });
+        let mut s = scheduler(policy, Arc::new(sevens), config.clone()).with_filter(filter);
+        let mut batches = Vec::new();
+        for _ in 0..3 {
+            let batch = s.next_batch(WeightVersion(0)).await.unwrap();
+            let groups: Vec<(PromptId, Vec<String>)> = batch
+                .groups
+                .iter()
+                .map(|g| {
+                    let texts = g.samples().iter().map(|s| s.text.clone()).collect();
+                    (g.prompt().id, texts)
+                })
+                .collect();
+            batches.push(groups);
+        }
+        runs.push(batches);
+    }
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(runs[0], runs[2]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_env_episode_records_turns_masks_and_rewards() {
     let policy: Box<dyn Generate> = Box::new(MockPolicy::digits());

@@ -122,7 +122,9 @@ pub struct RlvrScheduler {
     tasks: JoinSet<(GroupId, Outcome)>,
     task_groups: HashMap<tokio::task::Id, GroupId>,
     open: BTreeMap<GroupId, OpenGroup>,
-    ready: VecDeque<Group>,
+    /// Completed groups not yet taken into a batch, by issue order; the group filter judges
+    /// them when they are taken.
+    ready: BTreeMap<GroupId, Group>,
     next_group: u64,
     next_sample: u64,
     consecutive_failures: usize,
@@ -169,7 +171,7 @@ impl RlvrScheduler {
             tasks: JoinSet::new(),
             task_groups: HashMap::new(),
             open: BTreeMap::new(),
-            ready: VecDeque::new(),
+            ready: BTreeMap::new(),
             next_group: 0,
             next_sample: 0,
             consecutive_failures: 0,
@@ -308,26 +310,45 @@ impl RlvrScheduler {
         done.sort_by_key(|s| s.id);
         match Group::new(group, open.prompt, done) {
             Ok(g) => {
-                let keep = match &self.filter {
-                    Some(f) => f.keep(&g),
-                    None => Ok(true),
-                };
-                let len = g.len() as u64;
-                match keep {
-                    Ok(true) => self.ready.push_back(g),
-                    Ok(false) => {
-                        stats.groups_filtered += 1;
-                        stats.samples_filtered += len;
-                    }
-                    Err(e) => {
-                        stats.groups_filtered += 1;
-                        stats.samples_filtered += len;
-                        self.last_error = Some(e);
-                    }
-                }
+                self.ready.insert(group, g);
             }
             Err(e) => self.last_error = Some(e),
         }
+    }
+
+    /// The next completed group a batch may take. Asynchronous mode takes any, oldest first;
+    /// synchronous mode takes groups in issue order only — a group waits while one issued
+    /// before it is still generating — so that which groups form a batch (and which prompts are
+    /// asked again after it) does not depend on how fast each request happened to finish: a
+    /// rerun, or a run resumed from a checkpoint, trains on the same batches.
+    fn next_ready(&mut self) -> Option<Group> {
+        let (&first, _) = self.ready.first_key_value()?;
+        let blocked = self.config.max_staleness == 0
+            && self
+                .open
+                .first_key_value()
+                .is_some_and(|(&open, _)| open < first);
+        if blocked {
+            return None;
+        }
+        self.ready.pop_first().map(|(_, g)| g)
+    }
+
+    /// Whether the group filter keeps `g` (a filter error drops it and is remembered).
+    fn passes_filter(&mut self, g: &Group, stats: &mut RolloutStats) -> bool {
+        let keep = match &self.filter {
+            Some(f) => f.keep(g),
+            None => Ok(true),
+        };
+        let keep = keep.unwrap_or_else(|e| {
+            self.last_error = Some(e);
+            false
+        });
+        if !keep {
+            stats.groups_filtered += 1;
+            stats.samples_filtered += g.len() as u64;
+        }
+        keep
     }
 
     async fn wait_one(&mut self, stats: &mut RolloutStats) {
@@ -466,9 +487,12 @@ impl Scheduler for RlvrScheduler {
         let mut dropped_at_last_keep = 0;
         loop {
             while groups.len() < want {
-                let Some(g) = self.ready.pop_front() else {
+                let Some(g) = self.next_ready() else {
                     break;
                 };
+                if !self.passes_filter(&g, &mut stats) {
+                    continue;
+                }
                 let oldest = g
                     .samples()
                     .iter()
@@ -551,7 +575,7 @@ impl Scheduler for RlvrScheduler {
             self.abort_all(&mut stats).await;
             // Groups that finished beyond the batch are off-policy after this step's update:
             // synchronous training discards their samples and asks their prompts again.
-            for g in std::mem::take(&mut self.ready) {
+            for g in std::mem::take(&mut self.ready).into_values() {
                 self.requeue(g.prompt().clone(), g.len(), &mut stats);
             }
             // Asked again in dataset order, whatever order the aborts completed in.
@@ -569,7 +593,7 @@ impl Scheduler for RlvrScheduler {
             .open
             .iter()
             .map(|(id, g)| (*id, &g.prompt))
-            .chain(self.ready.iter().map(|g| (g.id(), g.prompt())))
+            .chain(self.ready.iter().map(|(&id, g)| (id, g.prompt())))
             .collect();
         in_flight.sort_by_key(|(id, _)| *id);
         let pending = self
