@@ -4,10 +4,8 @@
 //! the log-probs, the entropy and a KL term; micro-batch splits; a whole step.
 
 mod support;
+use support::{grads_of, params};
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
-use burn::tensor::Tensor;
 use roll_algos::loss::KlLoss;
 use roll_backend_burn::train::{TrainKernels, Trainer, TrainerConfig};
 use roll_backend_burn::{CausalLm, Device, HfConfig, ScoringOptions, load_model, score};
@@ -18,42 +16,6 @@ use std::collections::BTreeMap;
 
 fn dev() -> Device {
     Device::flex()
-}
-
-/// Every float parameter (or its gradient) by path.
-#[derive(Default)]
-struct Collect {
-    path: Vec<String>,
-    out: BTreeMap<String, Vec<f32>>,
-    grads: Option<GradientsParams>,
-}
-
-impl ModuleVisitor for Collect {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.push(name.to_string());
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-        let t = match &self.grads {
-            Some(g) => g
-                .get::<D>(p.id)
-                .unwrap_or_else(|| panic!("no gradient for {:?}", self.path)),
-            None => p.val(),
-        };
-        let v: Vec<f32> = t.into_data().convert::<f32>().try_into_vec().unwrap();
-        self.out.insert(self.path.join("."), v);
-    }
-}
-
-fn collect<M: Module>(m: &M, grads: Option<GradientsParams>) -> BTreeMap<String, Vec<f32>> {
-    let mut c = Collect {
-        grads,
-        ..Default::default()
-    };
-    m.visit(&mut c);
-    c.out
 }
 
 /// `‖a − b‖ / ‖b‖`.
@@ -155,7 +117,7 @@ fn gradients(
     );
     let g = t.accumulate_gradients(batch, &objective()).unwrap();
     let loss = g.loss;
-    (collect(t.training_model().unwrap(), Some(g.grads)), loss)
+    (grads_of(t.training_model().unwrap(), g.grads), loss)
 }
 
 fn assert_same_gradients(model: &CausalLm, name: &str) {
@@ -178,7 +140,7 @@ fn assert_same_gradients(model: &CausalLm, name: &str) {
 
 fn random(config: HfConfig) -> CausalLm {
     let m = CausalLm::init(&config, &dev()).unwrap();
-    let _ = collect(&m, None); // every lazy parameter takes its value before the clones
+    let _ = params(&m); // every lazy parameter takes its value before the clones
     m
 }
 
@@ -220,7 +182,7 @@ fn a_fused_step_updates_the_weights_as_the_autodiff_step_does() {
         let mut t = trainer(&model, kernels, None);
         let report = t.step(&b, &objective()).unwrap();
         assert!(!report.skipped);
-        after.push((collect(t.training_model().unwrap(), None), report));
+        after.push((params(t.training_model().unwrap()), report));
     }
     let (fused, reference) = (&after[0], &after[1]);
     assert!((fused.1.grad_norm - reference.1.grad_norm).abs() <= 1e-4 * reference.1.grad_norm);

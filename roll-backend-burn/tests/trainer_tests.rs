@@ -3,10 +3,11 @@
 //! formula, LoRA, checkpoints, the critic and config errors.
 
 mod support;
+use support::{grads_of, params};
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::tensor::Tensor;
+
 use roll_algos::loss::{KlLoss, LossAggregation, ValueLossConfig};
 use roll_backend_burn::train::{
     CriticTrainer, LoraConfig, Trainer, TrainerConfig, clip_grad_norm, global_grad_norm,
@@ -82,49 +83,6 @@ fn batch(model: &CausalLm, n: usize, seed: u64) -> TrainBatch {
         s.old_logprobs = sc.logprobs;
     }
     TrainBatch::new(seqs).unwrap()
-}
-
-/// Every float parameter by path (LoRA factors under `<weight>.lora.a` / `.b`).
-#[derive(Default)]
-struct Collect {
-    path: Vec<String>,
-    out: BTreeMap<String, Vec<f32>>,
-    grads: Option<GradientsParams>,
-}
-
-impl ModuleVisitor for Collect {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.push(name.to_string());
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-        let t = match &self.grads {
-            Some(g) => match g.get::<D>(p.id) {
-                Some(t) => t,
-                None => return,
-            },
-            None => p.val(),
-        };
-        let v: Vec<f32> = t.into_data().convert::<f32>().try_into_vec().unwrap();
-        self.out.insert(self.path.join("."), v);
-    }
-}
-
-fn params<M: Module>(m: &M) -> BTreeMap<String, Vec<f32>> {
-    let mut c = Collect::default();
-    m.visit(&mut c);
-    c.out
-}
-
-fn grads_of<M: Module>(m: &M, grads: GradientsParams) -> BTreeMap<String, Vec<f32>> {
-    let mut c = Collect {
-        grads: Some(grads),
-        ..Default::default()
-    };
-    m.visit(&mut c);
-    c.out
 }
 
 fn max_diff(a: &BTreeMap<String, Vec<f32>>, b: &BTreeMap<String, Vec<f32>>) -> (f32, String) {

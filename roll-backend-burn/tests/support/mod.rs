@@ -1,6 +1,10 @@
 //! Test support: fixture paths, a tiny `.npy` reader, comparisons.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// `../shared/fixtures/<name>` relative to the workspace root.
@@ -146,4 +150,50 @@ pub fn safetensors_metadata(path: &std::path::Path) -> serde_json::Value {
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
     header["__metadata__"].clone()
+}
+
+/// Every float parameter of a module by path (LoRA factors under `<weight>.lora.a` / `.b`), or,
+/// with `grads`, each one's gradient (a parameter without one, frozen, is left out).
+#[derive(Default)]
+struct Collect {
+    path: Vec<String>,
+    out: BTreeMap<String, Vec<f32>>,
+    grads: Option<GradientsParams>,
+}
+
+impl ModuleVisitor for Collect {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let t = match &self.grads {
+            Some(g) => match g.get::<D>(p.id) {
+                Some(t) => t,
+                None => return,
+            },
+            None => p.val(),
+        };
+        let v: Vec<f32> = t.into_data().convert::<f32>().try_into_vec().unwrap();
+        self.out.insert(self.path.join("."), v);
+    }
+}
+
+/// Every float parameter of `m` by path.
+pub fn params<M: Module>(m: &M) -> BTreeMap<String, Vec<f32>> {
+    let mut c = Collect::default();
+    m.visit(&mut c);
+    c.out
+}
+
+/// The gradient of every parameter of `m` that has one, by path.
+pub fn grads_of<M: Module>(m: &M, grads: GradientsParams) -> BTreeMap<String, Vec<f32>> {
+    let mut c = Collect {
+        grads: Some(grads),
+        ..Default::default()
+    };
+    m.visit(&mut c);
+    c.out
 }

@@ -30,6 +30,14 @@ impl Heads {
     }
 }
 
+/// The (sequence, key/value head) pairs, sequence-major: one rayon task each, in the order the
+/// forward's probabilities are kept and the backward reads them.
+fn tasks(seqs: usize, kv_heads: usize) -> Vec<(usize, usize)> {
+    (0..seqs)
+        .flat_map(|s| (0..kv_heads).map(move |j| (s, j)))
+        .collect()
+}
+
 /// The probabilities of one (sequence, key/value head) task: `[rep, T, T]`, zero above the
 /// diagonal.
 pub(crate) type Probs = Vec<f32>;
@@ -52,9 +60,7 @@ pub(crate) fn forward(
         dim: d,
     } = shape;
     let (rep, scale) = (shape.rep(), shape.scale());
-    let tasks: Vec<(usize, usize)> = (0..seqs.len())
-        .flat_map(|s| (0..kv_heads).map(move |j| (s, j)))
-        .collect();
+    let tasks = tasks(seqs.len(), kv_heads);
     let parts: Vec<(Vec<f32>, Probs)> = tasks
         .par_iter()
         .map(|&(s, j)| {
@@ -124,9 +130,7 @@ pub(crate) fn backward(
         dim: d,
     } = shape;
     let (rep, scale) = (shape.rep(), shape.scale());
-    let tasks: Vec<(usize, usize)> = (0..seqs.len())
-        .flat_map(|s| (0..kv_heads).map(move |j| (s, j)))
-        .collect();
+    let tasks = tasks(seqs.len(), kv_heads);
     let parts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
         .zip(probs)
