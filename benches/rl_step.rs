@@ -16,10 +16,11 @@ use roll::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `Q: a+b=? A:` prompts with their answers, operands 0–99 (the fixture's training distribution).
+/// 4,096 `Q: a+b=? A:` prompts with their answers, operands 0–99 (the fixture's training
+/// distribution); the run repeats them when used up.
 fn prompts() -> impl Iterator<Item = Prompt> + Send {
     let mut rng = SplitMix64::new(7);
-    (0..).map(move |i| {
+    (0..4096).map(move |i| {
         let (a, b) = (rng.next_u64() % 100, rng.next_u64() % 100);
         Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
             .with_ground_truth((a + b).to_string())

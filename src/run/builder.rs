@@ -63,7 +63,7 @@ impl RunBuilder {
     /// The dataset of an RLVR run, any tags mixed: each prompt is resolved to its domain by the
     /// config's tags (once, when the run is built, so an unknown tag is an error before anything
     /// generates), and every step draws the domains in their configured ratios, each domain's
-    /// prompts repeating when used up.
+    /// prompts repeating when used up. The dataset is collected here, so it must be finite.
     #[must_use]
     pub fn prompts(mut self, dataset: impl IntoIterator<Item = Prompt>) -> Self {
         self.dataset = Some(dataset.into_iter().collect());
