@@ -46,7 +46,7 @@
 
 use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::hf::{HfSource, SaveOptions, export_hf_dir};
-use crate::train::{CriticTrainer, Trainer, TrainerConfig};
+use crate::train::{CriticTrainer, TrainKernels, Trainer, TrainerConfig};
 use crate::{
     BackendError, CausalLm, Result, ScoringOptions, ValueHead, device as device_for, score,
 };
@@ -107,13 +107,8 @@ impl Snapshot {
     /// Scores `request` with the kernels it names; a non-finite log-prob (weights gone bad, a
     /// config the checks missed) is an error naming the sequence and position, never a number
     /// that flows into a loss.
-    fn score(
-        &self,
-        request: &ScoreRequest,
-        options: &ScoringOptions,
-        device: &Device,
-    ) -> Result<Vec<TokenScores>> {
-        let scores = self.score_unchecked(request, options, device)?;
+    fn score(&self, request: &ScoreRequest, scoring: &Scoring) -> Result<Vec<TokenScores>> {
+        let scores = self.score_unchecked(request, scoring)?;
         for (sequence, s) in scores.iter().enumerate() {
             if let Some((position, &value)) =
                 s.logprobs.iter().enumerate().find(|(_, v)| !v.is_finite())
@@ -131,11 +126,14 @@ impl Snapshot {
     fn score_unchecked(
         &self,
         request: &ScoreRequest,
-        options: &ScoringOptions,
-        device: &Device,
+        scoring: &Scoring,
     ) -> Result<Vec<TokenScores>> {
-        match (request.kernels, self.served.cpu(), &self.head) {
-            (ScoreKernels::Inference, Some(cpu), None) => {
+        let decoder_kernels = match request.kernels {
+            ScoreKernels::Inference => true,
+            ScoreKernels::Training => scoring.training_on_decoder,
+        };
+        match (decoder_kernels, self.served.cpu(), &self.head) {
+            (true, Some(cpu), None) => {
                 // The training path's `score` checks lengths itself.
                 self.served.model().check_lengths(
                     request
@@ -151,8 +149,8 @@ impl Snapshot {
                 self.served.model(),
                 self.head.as_ref(),
                 request,
-                options,
-                device,
+                &scoring.options,
+                &scoring.device,
             ),
         }
     }
@@ -163,6 +161,9 @@ struct Scoring {
     device: Device,
     snapshot: RwLock<Arc<Snapshot>>,
     options: ScoringOptions,
+    /// Whether the role trains on the fused path, whose forward is the CPU decoder's: then
+    /// [`ScoreKernels::Training`] runs the decoder too — the same function, so the same bits.
+    training_on_decoder: bool,
 }
 
 impl Scoring {
@@ -178,6 +179,7 @@ impl Scoring {
             device,
             snapshot: RwLock::new(Arc::new(Snapshot { served, head })),
             options,
+            training_on_decoder: false,
         })
     }
 
@@ -198,7 +200,7 @@ impl Scoring {
         let snapshot = self.current()?;
         let this = self.clone();
         let request = request.clone();
-        blocking(move || snapshot.score(&request, &this.options, &this.device)).await
+        blocking(move || snapshot.score(&request, &this)).await
     }
 }
 
@@ -287,7 +289,9 @@ impl BurnPolicy {
             options.engine.clone(),
             Some(tokenizer),
         )?;
-        let scoring = Arc::new(Scoring::new(model, None, kind, device, options.scoring)?);
+        let mut scoring = Scoring::new(model, None, kind, device, options.scoring)?;
+        scoring.training_on_decoder = trainer.kernels() == TrainKernels::Auto;
+        let scoring = Arc::new(scoring);
         Ok(Self {
             inner: Arc::new(ActorInner {
                 engine,
@@ -389,7 +393,7 @@ impl BurnPolicy {
             kernels: ScoreKernels::Training,
         };
         let scoring = &self.inner.scoring;
-        let scored = snapshot.score(&request, &scoring.options, &scoring.device)?;
+        let scored = snapshot.score(&request, scoring)?;
         Ok(scored
             .first()
             .map(|s| {

@@ -39,6 +39,7 @@ mod config;
 mod core;
 pub mod cpu;
 mod handle;
+mod logprob;
 mod request;
 pub mod sampler;
 

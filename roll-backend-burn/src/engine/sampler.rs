@@ -11,6 +11,7 @@
 //! which token is drawn.
 
 use super::cpu::exp::exp;
+use super::logprob::{ExpSum, logprob};
 use crate::{BackendError, Result};
 use roll_core::policy::SamplingParams;
 pub use roll_core::rng::SplitMix64;
@@ -85,8 +86,7 @@ impl TokenSampler {
         // temperature-1 draw.
         let mut exps = std::mem::take(&mut self.scratch);
         shifted_exps(logits, max, &mut exps);
-        let total = sum_f64(&exps);
-        let log_z = f64::from(max) + total.ln();
+        let total = ExpSum::of_row(&exps).total();
         let filtered = self.top_k.is_some_and(|k| k < logits.len()) || self.top_p < 1.0;
         let id = if self.is_greedy() {
             argmax
@@ -100,7 +100,7 @@ impl TokenSampler {
             self.draw(logits, max, u)
         };
         self.scratch = exps;
-        let logprob = (f64::from(logits[id]) - log_z) as f32;
+        let logprob = logprob(logits[id], max, total);
         Ok(SampledToken {
             id: id as u32,
             logprob,
@@ -193,27 +193,6 @@ fn shifted_exps(logits: &[f32], max: f32, out: &mut Vec<f32>) {
     out.extend(logits.iter().map(|&l| exp(l - max)));
 }
 
-/// A sum in f64 over four interleaved partial sums: a fixed order (so every run gives the same
-/// bits) that does not wait on one long chain of additions.
-fn sum_f64(values: &[f32]) -> f64 {
-    let mut acc = [0.0f64; 4];
-    let chunks = values.chunks_exact(4);
-    let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f64::from(v);
-        }
-    }
-    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
-}
-
-/// `log Σ exp(l − max)`, exactly as [`TokenSampler::sample`] computes its normaliser.
-fn log_sum_exp_shifted(logits: &[f32], max: f32) -> f64 {
-    let mut exps = Vec::with_capacity(logits.len());
-    shifted_exps(logits, max, &mut exps);
-    sum_f64(&exps).ln()
-}
-
 /// Per-token log-probabilities of `ids` under the temperature-1 distributions in `rows`
 /// (`rows[i]` predicts `ids[i]`); the same formula the sampler reports.
 ///
@@ -228,7 +207,9 @@ pub fn logprobs_of(rows: &[&[f32]], ids: &[u32]) -> Result<Vec<f32>> {
                 id,
                 vocab_size: row.len(),
             })?;
-            Ok((l as f64 - max as f64 - log_sum_exp_shifted(row, max)) as f32)
+            let mut exps = Vec::with_capacity(row.len());
+            shifted_exps(row, max, &mut exps);
+            Ok(logprob(l, max, ExpSum::of_row(&exps).total()))
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! Log-probabilities of target tokens and entropies, reduced straight from transposed logits.
 
 use super::exp::exp;
+use crate::engine::logprob::{ExpSum, logprob};
 use rayon::prelude::*;
 
 /// Columns of logits one task of [`logprobs_and_entropy_t`] reduces.
@@ -9,9 +10,10 @@ const SCORE_COLS: usize = 64;
 /// Per column `c` of transposed logits `logits_t` (`[vocab, cols]`, row-major):
 /// `log_softmax(column)[targets[c]]` and, when `with_entropy`, the entropy of `softmax(column)`.
 ///
-/// Each column reduces over the vocabulary in order (maximum, then `Σ exp(x − max)` and
-/// `Σ exp(x − max)·(x − max)` accumulated in f64), whatever the column count or the thread, so
-/// results are batch-invariant. Columns are split into tasks of [`SCORE_COLS`] run with rayon;
+/// Each column reduces over the vocabulary in a fixed order (maximum, then `Σ exp(x − max)` as
+/// the sampler sums it — [`ExpSum`] — and `Σ exp(x − max)·(x − max)` in f64), whatever the
+/// column count or the thread, so results are batch-invariant and a log-prob has the bits the
+/// sampler reports for the same logits. Columns are split into tasks of [`SCORE_COLS`] run with rayon;
 /// each task walks the rows front to back, reading a contiguous slice of each.
 ///
 /// Returns `(logprobs, entropy)`, each of length `cols` (`entropy` empty unless requested).
@@ -39,15 +41,15 @@ pub(crate) fn logprobs_and_entropy_t(
                 *m = m.max(x);
             }
         }
-        let mut z = vec![0.0f64; w];
+        let mut z = vec![ExpSum::default(); w];
         let mut s1 = vec![0.0f64; w];
         let mut e = vec![0.0f32; w];
-        for row in rows() {
+        for (r, row) in rows().enumerate() {
             for ((e, &x), &m) in e.iter_mut().zip(row).zip(&max) {
                 *e = exp(x - m);
             }
             for (z, &e) in z.iter_mut().zip(&e) {
-                *z += f64::from(e);
+                z.add(r, vocab, e);
             }
             if with_entropy {
                 for (((s, &e), &x), &m) in s1.iter_mut().zip(&e).zip(row).zip(&max) {
@@ -57,13 +59,12 @@ pub(crate) fn logprobs_and_entropy_t(
         }
         for j in 0..w {
             let c = c0 + j;
-            let log_z = z[j].ln();
+            let total = z[j].total();
             let target = targets[c] as usize;
             debug_assert!(target < vocab);
-            let x = logits_t[target * cols + c];
-            lp[j] = (f64::from(x - max[j]) - log_z) as f32;
+            lp[j] = logprob(logits_t[target * cols + c], max[j], total);
             if with_entropy {
-                ent[j] = (log_z - s1[j] / z[j]) as f32;
+                ent[j] = (total.ln() - s1[j] / total) as f32;
             }
         }
     };

@@ -79,6 +79,7 @@ mod gemm;
 mod logits;
 pub(crate) mod matrix;
 mod norm;
+mod record;
 mod rope;
 mod swiglu;
 mod weights;
@@ -93,15 +94,19 @@ use burn::tensor::{Int, Tensor, TensorData};
 use gemm::Product;
 use logits::logprobs_and_entropy_t;
 use matrix::{add_in_place, transpose};
-use norm::{rms_norm_cols, rms_norm_in_place};
+use norm::{rms_norm_cols, rms_norm_cols_keeping_roots, rms_norm_in_place};
 use rayon::prelude::*;
+pub(crate) use record::Recorder;
 use roll_core::policy::{ScoreRequest, TokenScores};
 use rope::{rope_angles, rope_in_place};
 use swiglu::silu_mul;
 use weights::Weights;
 
-/// Tokens per forward call of [`CpuDecoder::score`]; bounds its live logits to this many rows.
+/// Tokens per forward call of [`CpuDecoder::score`]; bounds its live activations.
 const SCORE_TOKENS: usize = 4096;
+
+/// Tokens whose logits exist at once in [`CpuDecoder::logprobs_at`]: `HEAD_COLS × vocab` floats.
+const HEAD_COLS: usize = 256;
 
 /// A dense Qwen2/Qwen3 model's weights laid out for cached decoding on the CPU.
 ///
@@ -158,14 +163,14 @@ impl CpuDecoder {
     }
 
     /// Runs the layers over the flattened tokens of `inputs`, whose blocks `cache` has reserved,
-    /// and returns the logits, transposed (`[vocab, at.len()]`), after the flattened tokens `at`
-    /// (`None` when `at` is empty: the LM head does not run).
-    fn run(
+    /// handing `rec` what it asks for on the way, and returns the final residual stream,
+    /// transposed (`[hidden, tokens]`).
+    fn run<R: Recorder>(
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
-        at: &[usize],
-    ) -> Result<Option<Product>> {
+        rec: &mut R,
+    ) -> Result<Vec<f32>> {
         let dims = self.w.dims;
         let (hidden, heads, kv_heads, d) = (dims.hidden, dims.heads, dims.kv_heads, dims.head_dim);
         let half = d / 2;
@@ -213,8 +218,10 @@ impl CpuDecoder {
         let mut xt = transpose(&self.embed_rows(ids)?, n, hidden);
         for (l, layer) in self.w.layers.iter().enumerate() {
             // Attention block: q|k|v per token.
-            let normed = rms_norm_cols(&xt, n, &layer.input_norm);
+            let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.input_norm);
+            rec.attention_input(&xt, &normed, &inv_rms);
             let mut qkv = transpose(layer.qkv.forward(normed, n)?.values()?, qkv_width, n);
+            rec.qkv_projected(&qkv);
             for (t, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
                 let (c, s) = (
                     &cos[t * half..(t + 1) * half],
@@ -230,6 +237,7 @@ impl CpuDecoder {
                     .chain(k.chunks_exact_mut(d))
                     .for_each(|h| rope_in_place(h, c, s));
             }
+            rec.qkv_rotated(&qkv);
             for (t, row) in qkv.chunks_exact(qkv_width).enumerate() {
                 let (k, v) = row[q_width..].split_at(kv_heads * d);
                 for (g, (k, v)) in k.chunks_exact(d).zip(v.chunks_exact(d)).enumerate() {
@@ -238,39 +246,71 @@ impl CpuDecoder {
             }
             let (k_pool, v_pool) = (&cache.k[l], &cache.v[l]);
             let mut attn = vec![0.0f32; n * q_width];
-            attn.par_chunks_mut(q_width)
-                .enumerate()
-                .for_each_init(Vec::new, |scores, (t, out)| {
-                    let q = &qkv[t * qkv_width..t * qkv_width + q_width];
-                    let blocks = &tables[tok_input[t]];
-                    attend(
-                        shape,
-                        q,
-                        k_pool,
-                        v_pool,
-                        blocks,
-                        tok_pos[t] + 1,
-                        scores,
-                        out,
-                    );
-                });
-            let o = layer.o.forward(transpose(&attn, n, q_width), n)?;
+            let attend_token = |scores: &mut Vec<f32>, t: usize, out: &mut [f32]| {
+                let q = &qkv[t * qkv_width..t * qkv_width + q_width];
+                let len = tok_pos[t] + 1;
+                attend(
+                    shape,
+                    q,
+                    k_pool,
+                    v_pool,
+                    &tables[tok_input[t]],
+                    len,
+                    scores,
+                    out,
+                );
+                len
+            };
+            let probs: Vec<Vec<f32>> = if R::KEEPS_PROBS {
+                // After `attend`, `scores` holds the probabilities, `[heads, stride]`.
+                attn.par_chunks_mut(q_width)
+                    .enumerate()
+                    .map_init(Vec::new, |scores, (t, out)| {
+                        let len = attend_token(scores, t, out);
+                        let stride = scores.len() / heads;
+                        scores
+                            .chunks_exact(stride)
+                            .flat_map(|head| &head[..len])
+                            .copied()
+                            .collect()
+                    })
+                    .collect()
+            } else {
+                attn.par_chunks_mut(q_width).enumerate().for_each_init(
+                    Vec::new,
+                    |scores, (t, out)| {
+                        attend_token(scores, t, out);
+                    },
+                );
+                Vec::new()
+            };
+            let attn_t = transpose(&attn, n, q_width);
+            rec.attention(probs, &attn_t);
+            let o = layer.o.forward(attn_t, n)?;
             add_in_place(&mut xt, o.values()?);
 
             // MLP block.
-            let normed = rms_norm_cols(&xt, n, &layer.post_norm);
+            let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.post_norm);
+            rec.mlp_input(&xt, &normed, &inv_rms);
             let gate_up = layer.gate_up.forward(normed, n)?;
-            let down = layer.down.forward(silu_mul(gate_up.values()?), n)?;
+            let act = silu_mul(gate_up.values()?);
+            rec.mlp_hidden(gate_up.values()?, &act);
+            let down = layer.down.forward(act, n)?;
             add_in_place(&mut xt, down.values()?);
         }
+        Ok(xt)
+    }
 
-        // Final norm and LM head on the requested tokens only.
+    /// The final norm and the LM head on the tokens `at` of a final residual stream `xt`
+    /// (`[hidden, cols]`): the logits, transposed (`[vocab, at.len()]`), or `None` when `at` is
+    /// empty.
+    fn head(&self, xt: &[f32], cols: usize, at: &[usize]) -> Result<Option<Product>> {
         let m = at.len();
         if m == 0 {
             return Ok(None);
         }
-        let mut picked_t = Vec::with_capacity(hidden * m);
-        for row in xt.chunks_exact(n) {
+        let mut picked_t = Vec::with_capacity(self.w.dims.hidden * m);
+        for row in xt.chunks_exact(cols) {
             picked_t.extend(at.iter().map(|&t| row[t]));
         }
         self.w
@@ -279,14 +319,68 @@ impl CpuDecoder {
             .map(Some)
     }
 
+    /// `log p(targets[i])` (and, when `with_entropy`, the entropy) of the next-token
+    /// distribution after token `at[i]` of a final residual stream `xt` (`[hidden, cols]`), the
+    /// LM head running on [`HEAD_COLS`] tokens at a time (which bounds the live logits).
+    pub(crate) fn logprobs_at(
+        &self,
+        xt: &[f32],
+        cols: usize,
+        at: &[usize],
+        targets: &[u32],
+        with_entropy: bool,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (mut logprobs, mut entropy) = (Vec::with_capacity(at.len()), Vec::new());
+        for (at, targets) in at.chunks(HEAD_COLS).zip(targets.chunks(HEAD_COLS)) {
+            if let Some(logits_t) = self.head(xt, cols, at)? {
+                let (lp, ent) =
+                    logprobs_and_entropy_t(logits_t.values()?, at.len(), targets, with_entropy);
+                logprobs.extend(lp);
+                entropy.extend(ent);
+            }
+        }
+        Ok((logprobs, entropy))
+    }
+
+    /// Runs whole sequences (each from position 0) through every layer in one call, as a
+    /// prefill would, handing `rec` the activations as they are made; returns the final residual
+    /// stream, transposed (`[hidden, tokens]`, the sequences end to end). The training path's
+    /// forward: see [`Recorder`].
+    ///
+    /// # Errors
+    /// [`BackendError::TokenOutOfVocab`] for an id outside the vocabulary, or if the temporary
+    /// cache cannot be allocated.
+    pub(crate) fn forward_recorded<R: Recorder>(
+        &self,
+        seqs: &[&[u32]],
+        rec: &mut R,
+    ) -> Result<Vec<f32>> {
+        let inputs: Vec<StepInput<'_>> = seqs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(i, s)| StepInput {
+                seq: SeqId(i as u64),
+                tokens: s,
+                start: 0,
+            })
+            .collect();
+        let tokens: usize = inputs.iter().map(|i| i.tokens.len()).sum();
+        let mut cache = self.new_cache(&CacheConfig {
+            max_seqs: inputs.len().max(1),
+            max_cached_tokens: tokens.max(1),
+        })?;
+        self.step(&mut cache, &inputs, rec)
+    }
+
     /// Checks `inputs` against `cache`, reserves their blocks, runs them (see [`Self::run`]) and
     /// commits — or rolls the reservation back if the run fails.
-    fn step(
+    fn step<R: Recorder>(
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
-        at: &[usize],
-    ) -> Result<Option<Product>> {
+        rec: &mut R,
+    ) -> Result<Vec<f32>> {
         if !self.fits(cache) {
             return Err(BackendError::InvalidInput(format!(
                 "cache made for {} layers × {} kv heads × {} head_dim, model has {} × {} × {}",
@@ -305,10 +399,10 @@ impl CpuDecoder {
             }
         }
         let reservation = cache.reserve(inputs)?;
-        match self.run(cache, inputs, at) {
-            Ok(logits) => {
+        match self.run(cache, inputs, rec) {
+            Ok(xt) => {
                 cache.commit(inputs);
-                Ok(logits)
+                Ok(xt)
             }
             Err(e) => {
                 cache.rollback(reservation);
@@ -325,7 +419,8 @@ impl CpuDecoder {
     /// Each sequence is prefilled into a temporary [`CpuCache`], the LM head running only at the
     /// positions that predict response tokens. Sequences are packed, in request order, into
     /// forward calls of at most 4096 tokens (a longer sequence is prefilled in pieces across
-    /// calls), which bounds the live logits to `4096 × vocab` floats. Results are batch-invariant:
+    /// calls), and the LM head runs on 256 positions at a time, which bounds the live logits to
+    /// `256 × vocab` floats. Results are batch-invariant:
     /// a sequence's scores are bit-identical whatever else the request holds.
     ///
     /// # Errors
@@ -435,19 +530,13 @@ impl CpuDecoder {
                 }
                 offset += p.end - p.start;
             }
-            let logits_t = self.step(&mut cache, &inputs, &at)?;
-            if let Some(logits_t) = logits_t {
-                let (logprobs, entropy) = logprobs_and_entropy_t(
-                    logits_t.values()?,
-                    at.len(),
-                    &targets,
-                    request.with_entropy,
-                );
-                for (j, &(i, t)) in dest.iter().enumerate() {
-                    results[i].logprobs[t] = logprobs[j];
-                    if let Some(e) = &mut results[i].entropy {
-                        e[t] = entropy[j];
-                    }
+            let xt = self.step(&mut cache, &inputs, &mut ())?;
+            let (logprobs, entropy) =
+                self.logprobs_at(&xt, offset, &at, &targets, request.with_entropy)?;
+            for (j, &(i, t)) in dest.iter().enumerate() {
+                results[i].logprobs[t] = logprobs[j];
+                if let Some(e) = &mut results[i].entropy {
+                    e[t] = entropy[j];
                 }
             }
             for p in group {
@@ -495,7 +584,9 @@ impl DecodeBackend for CpuDecoder {
                 Some(end.saturating_sub(1))
             })
             .collect();
-        match self.step(cache, inputs, &last)? {
+        let n = last.last().map_or(0, |&t| t + 1);
+        let xt = self.step(cache, inputs, &mut ())?;
+        match self.head(&xt, n, &last)? {
             Some(logits_t) => Ok(transpose(logits_t.values()?, self.vocab_size(), last.len())),
             None => Ok(Vec::new()),
         }

@@ -42,6 +42,15 @@ pub(crate) fn rms_norm_in_place(x: &mut [f32], norm: &Norm) {
 /// shape. Each column's sum of squares runs over the features in order, so it does not depend on
 /// `cols`.
 pub(crate) fn rms_norm_cols(xt: &[f32], cols: usize, norm: &Norm) -> Vec<f32> {
+    rms_norm_cols_keeping_roots(xt, cols, norm).0
+}
+
+/// [`rms_norm_cols`], and each column's reciprocal root `1/√(mean(x²) + eps)`.
+pub(crate) fn rms_norm_cols_keeping_roots(
+    xt: &[f32],
+    cols: usize,
+    norm: &Norm,
+) -> (Vec<f32>, Vec<f32>) {
     let width = norm.weight.len();
     let mut ss = vec![0.0f32; cols];
     for row in xt.chunks_exact(cols) {
@@ -63,7 +72,7 @@ pub(crate) fn rms_norm_cols(xt: &[f32], cols: usize, norm: &Norm) -> Vec<f32> {
             *o = w * (v * i);
         }
     }
-    out
+    (out, inv)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! Causal grouped-query attention over packed sequences: forward keeping the probabilities, and
-//! the analytic backward.
+//! The analytic backward of causal grouped-query attention over packed sequences, from the
+//! probabilities the CPU decoder's forward kept.
 //!
 //! Sequences sit end to end in one `[tokens, heads·d]` activation; each attends only within its
 //! own bounds (varlen packing: no padding, no mask tensor). Per sequence and query head `h`
@@ -7,7 +7,6 @@
 //! `dP = dO·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = s·dS·k`, `dk = s·dSᵀ·q`, `dv = Pᵀ·dO`.
 //! One task per (sequence, key/value head) owns its `dk`/`dv` rows, so tasks never share output.
 
-use crate::engine::cpu::exp::exp;
 use rayon::prelude::*;
 
 /// Head counts and width.
@@ -30,87 +29,19 @@ impl Heads {
     }
 }
 
-/// The (sequence, key/value head) pairs, sequence-major: one rayon task each, in the order the
-/// forward's probabilities are kept and the backward reads them.
+/// The (sequence, key/value head) pairs, sequence-major: one rayon task each.
 fn tasks(seqs: usize, kv_heads: usize) -> Vec<(usize, usize)> {
     (0..seqs)
         .flat_map(|s| (0..kv_heads).map(move |j| (s, j)))
         .collect()
 }
 
-/// The probabilities of one (sequence, key/value head) task: `[rep, T, T]`, zero above the
-/// diagonal.
+/// One token's attention probabilities, `[heads, position + 1]`, as the CPU decoder's forward
+/// leaves them (see [`Recorder::attention`](crate::engine::cpu::Recorder::attention)).
 pub(crate) type Probs = Vec<f32>;
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// `O` (`[tokens, heads·d]`) and the probabilities of every task (sequence-major).
-pub(crate) fn forward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    seqs: &[(usize, usize)],
-    shape: Heads,
-) -> (Vec<f32>, Vec<Probs>) {
-    let Heads {
-        heads,
-        kv_heads,
-        dim: d,
-    } = shape;
-    let (rep, scale) = (shape.rep(), shape.scale());
-    let tasks = tasks(seqs.len(), kv_heads);
-    let parts: Vec<(Vec<f32>, Probs)> = tasks
-        .par_iter()
-        .map(|&(s, j)| {
-            let (start, len) = seqs[s];
-            let mut out = vec![0.0f32; rep * len * d];
-            let mut probs = vec![0.0f32; rep * len * len];
-            let krow = |t: usize| &k[(start + t) * kv_heads * d + j * d..][..d];
-            let vrow = |t: usize| &v[(start + t) * kv_heads * d + j * d..][..d];
-            for r in 0..rep {
-                let h = j * rep + r;
-                for i in 0..len {
-                    let qi = &q[(start + i) * heads * d + h * d..][..d];
-                    let p = &mut probs[(r * len + i) * len..][..len];
-                    let mut max = f32::NEG_INFINITY;
-                    for (t, s) in p[..=i].iter_mut().enumerate() {
-                        *s = dot(qi, krow(t)) * scale;
-                        max = max.max(*s);
-                    }
-                    let mut z = 0.0f32;
-                    for x in &mut p[..=i] {
-                        *x = exp(*x - max);
-                        z += *x;
-                    }
-                    let o = &mut out[(r * len + i) * d..][..d];
-                    for (t, pt) in p[..=i].iter_mut().enumerate() {
-                        *pt /= z;
-                        for (o, &vv) in o.iter_mut().zip(vrow(t)) {
-                            *o += *pt * vv;
-                        }
-                    }
-                }
-            }
-            (out, probs)
-        })
-        .collect();
-    let tokens = q.len() / (heads * d);
-    let mut o = vec![0.0f32; tokens * heads * d];
-    let mut all_probs = Vec::with_capacity(parts.len());
-    for (&(s, j), (out, probs)) in tasks.iter().zip(parts) {
-        let (start, len) = seqs[s];
-        for r in 0..rep {
-            let h = j * rep + r;
-            for i in 0..len {
-                o[(start + i) * heads * d + h * d..][..d]
-                    .copy_from_slice(&out[(r * len + i) * d..][..d]);
-            }
-        }
-        all_probs.push(probs);
-    }
-    (o, all_probs)
 }
 
 /// `(dq, dk, dv)` from `dO`.
@@ -133,8 +64,7 @@ pub(crate) fn backward(
     let tasks = tasks(seqs.len(), kv_heads);
     let parts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
-        .zip(probs)
-        .map(|(&(s, j), probs)| {
+        .map(|&(s, j)| {
             let (start, len) = seqs[s];
             let mut dq = vec![0.0f32; rep * len * d];
             let mut dk = vec![0.0f32; len * d];
@@ -147,7 +77,7 @@ pub(crate) fn backward(
                 for i in 0..len {
                     let qi = &q[(start + i) * heads * d + h * d..][..d];
                     let doi = &d_out[(start + i) * heads * d + h * d..][..d];
-                    let p = &probs[(r * len + i) * len..][..len];
+                    let p = &probs[start + i][h * (i + 1)..][..=i];
                     let mut sum = 0.0f32;
                     for t in 0..=i {
                         ds[t] = dot(doi, vrow(t));
@@ -195,6 +125,53 @@ mod tests {
     use super::*;
     use crate::train::fused::testing::{check_gradient, random};
 
+    /// Textbook causal attention over packed sequences: the output `[tokens, heads·d]` and each
+    /// token's probabilities in the decoder's layout.
+    fn forward(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        seqs: &[(usize, usize)],
+        shape: Heads,
+    ) -> (Vec<f32>, Vec<Probs>) {
+        let Heads {
+            heads,
+            kv_heads,
+            dim: d,
+        } = shape;
+        let mut out = vec![0.0f32; q.len()];
+        let mut probs = Vec::new();
+        for &(start, len) in seqs {
+            for i in 0..len {
+                let mut token_probs = Vec::with_capacity(heads * (i + 1));
+                for h in 0..heads {
+                    let j = h / shape.rep();
+                    let qi = &q[(start + i) * heads * d + h * d..][..d];
+                    let row =
+                        |m: &[f32], t: usize| m[(start + t) * kv_heads * d + j * d..][..d].to_vec();
+                    let s: Vec<f32> = (0..=i)
+                        .map(|t| dot(qi, &row(k, t)) * shape.scale())
+                        .collect();
+                    let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let e: Vec<f32> = s.iter().map(|x| (x - max).exp()).collect();
+                    let z: f32 = e.iter().sum();
+                    for (t, e) in e.iter().enumerate() {
+                        let p = e / z;
+                        token_probs.push(p);
+                        for (o, vv) in out[(start + i) * heads * d + h * d..][..d]
+                            .iter_mut()
+                            .zip(row(v, t))
+                        {
+                            *o += p * vv;
+                        }
+                    }
+                }
+                probs.push(token_probs);
+            }
+        }
+        (out, probs)
+    }
+
     #[test]
     fn backward_matches_finite_differences_on_two_packed_sequences() {
         let shape = Heads {
@@ -217,18 +194,5 @@ mod tests {
         check_gradient(&q, &dq, |q| loss(q, &k, &v));
         check_gradient(&k, &dk, |k| loss(&q, k, &v));
         check_gradient(&v, &dv, |v| loss(&q, &k, v));
-    }
-
-    #[test]
-    fn a_packed_sequence_attends_only_within_its_bounds() {
-        let shape = Heads {
-            heads: 2,
-            kv_heads: 1,
-            dim: 4,
-        };
-        let (q, k, v) = (random(5 * 8, 13), random(5 * 4, 14), random(5 * 4, 15));
-        let (packed, _) = forward(&q, &k, &v, &[(0, 3), (3, 2)], shape);
-        let (alone, _) = forward(&q[24..], &k[12..], &v[12..], &[(0, 2)], shape);
-        assert_eq!(&packed[24..], &alone[..]);
     }
 }

@@ -58,32 +58,6 @@ fn softmax_rows(z: &mut [f32], vocab: usize, targets: &[u32], lp: &mut [f32], en
         });
 }
 
-/// `(logp, entropy)` of `targets` at each row of `hidden` (`[rows, h]`).
-pub(crate) fn forward(
-    head: &Head,
-    hidden: &[f32],
-    h: usize,
-    targets: &[u32],
-    vocab: usize,
-    device: &Device,
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let rows = targets.len();
-    let (mut lp, mut ent) = (vec![0.0f32; rows], vec![0.0f32; rows]);
-    for r0 in (0..rows).step_by(ROW_CHUNK) {
-        let r1 = (r0 + ROW_CHUNK).min(rows);
-        let chunk = mm::tensor(hidden[r0 * h..r1 * h].to_vec(), r1 - r0, h, device);
-        let mut z = head.logits(&chunk)?;
-        softmax_rows(
-            &mut z,
-            vocab,
-            &targets[r0..r1],
-            &mut lp[r0..r1],
-            &mut ent[r0..r1],
-        );
-    }
-    Ok((lp, ent))
-}
-
 /// The gradient of `Σ dlogp·logp + dent·H` with respect to `hidden`; the head's weight gradient
 /// (shaped as the weight) is added to `dw`.
 #[allow(clippy::too_many_arguments)]

@@ -39,15 +39,6 @@ pub(crate) fn t_mul(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
     values(a.clone().transpose().matmul(b.clone()))
 }
 
-/// Adds `bias` to every row of `y` (`[rows, bias.len()]`).
-pub(crate) fn add_bias(y: &mut [f32], bias: &[f32]) {
-    for row in y.chunks_exact_mut(bias.len()) {
-        for (v, b) in row.iter_mut().zip(bias) {
-            *v += b;
-        }
-    }
-}
-
 /// The bias gradient: the column sums of `dy` (`[rows, width]`), added to `into`.
 pub(crate) fn add_column_sums(into: &mut [f32], dy: &[f32]) {
     for row in dy.chunks_exact(into.len()) {

@@ -10,6 +10,8 @@ use super::norm;
 use super::rope;
 use super::swiglu;
 use super::weights::{Matrix, Weights};
+use crate::engine::cpu::Recorder;
+use crate::engine::cpu::matrix::transpose;
 use crate::{BackendError, Result};
 use burn::tensor::{Device, Tensor};
 
@@ -45,12 +47,12 @@ impl Packed {
 
 /// What one layer's backward reads.
 ///
-/// Inputs of linear layers (`h1`, `attn`, `h2`, `act`) are kept as the tensors their GEMMs read;
-/// the rest as values.
+/// Inputs of linear layers are kept transposed (`…_t`, `[features, tokens]`, as the decoder's
+/// GEMMs read them) in the tensors the weight gradients `Xᵀ·dY` multiply; the rest per token.
 struct LayerTape {
     x: Vec<f32>,
     r1: Vec<f32>,
-    h1: Tensor<2>,
+    h1_t: Tensor<2>,
     /// Queries and keys before the QK-norm, with its reciprocal roots (Qwen3).
     qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
     /// Queries and keys as attention read them (normed, rotated).
@@ -58,13 +60,13 @@ struct LayerTape {
     k: Vec<f32>,
     v: Vec<f32>,
     probs: Vec<Probs>,
-    attn: Tensor<2>,
+    attn_t: Tensor<2>,
     xm: Vec<f32>,
     r2: Vec<f32>,
-    h2: Tensor<2>,
+    h2_t: Tensor<2>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    act: Tensor<2>,
+    act_t: Tensor<2>,
 }
 
 /// A forward's saved activations and its outputs.
@@ -81,104 +83,175 @@ pub(crate) struct Tape {
     pub entropy: Vec<f32>,
 }
 
-fn linear(x: &Tensor<2>, m: &Matrix) -> Result<Vec<f32>> {
-    let mut y = mm::mul(x, &m.weight)?;
-    if let Some(b) = &m.bias {
-        mm::add_bias(&mut y, &b.values);
-    }
-    Ok(y)
+/// The parts of a [`LayerTape`] as the decoder's hooks hand them over, one layer at a time.
+#[derive(Default)]
+struct LayerParts {
+    x: Vec<f32>,
+    r1: Vec<f32>,
+    h1_t: Option<Tensor<2>>,
+    qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    probs: Vec<Probs>,
+    attn_t: Option<Tensor<2>>,
+    xm: Vec<f32>,
+    r2: Vec<f32>,
+    h2_t: Option<Tensor<2>>,
 }
 
-/// The forward pass.
-///
-/// # Errors
-/// [`BackendError::InvalidInput`] for a token outside the vocabulary; GEMM read-back failures.
-pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> {
-    let (n, h, d) = (p.tokens.len(), w.hidden, w.heads.dim);
-    let mut x = Vec::with_capacity(n * h);
-    for &t in &p.tokens {
-        let row = w
-            .embed
-            .values
-            .get(t as usize * h..(t as usize + 1) * h)
-            .ok_or_else(|| {
-                BackendError::InvalidInput(format!(
-                    "token id {t} is outside the vocabulary ({})",
-                    w.vocab
-                ))
-            })?;
-        x.extend_from_slice(row);
+/// The [`Recorder`] of the training forward: keeps, in the backward's layouts, what it reads.
+struct Keeper<'a> {
+    w: &'a Weights,
+    tokens: usize,
+    device: &'a Device,
+    layer: LayerParts,
+    layers: Vec<LayerTape>,
+}
+
+impl Keeper<'_> {
+    /// A transposed activation `[features, tokens]` as a tensor for the weight gradients.
+    fn tensor_t(&self, values_t: &[f32]) -> Tensor<2> {
+        let features = values_t.len() / self.tokens.max(1);
+        mm::tensor(values_t.to_vec(), features, self.tokens, self.device)
     }
-    let longest = p.seqs.iter().map(|s| s.1).max().unwrap_or(0);
-    let (cos, sin) = rope::tables(longest, &w.inv_freq);
-    let mut layers = Vec::with_capacity(w.layers.len());
-    for l in &w.layers {
-        let (h1, r1) = norm::forward(&x, &l.input_norm.values, w.eps);
-        let h1 = mm::tensor(h1, n, h, device);
-        let mut q = linear(&h1, &l.q)?;
-        let mut k = linear(&h1, &l.k)?;
-        let v = linear(&h1, &l.v)?;
-        let qk_pre = match &l.qk_norm {
-            Some((qn, kn)) => {
-                let (q_normed, rq) = norm::forward(&q, &qn.values, w.eps);
-                let (k_normed, rk) = norm::forward(&k, &kn.values, w.eps);
-                Some([
-                    (std::mem::replace(&mut q, q_normed), rq),
-                    (std::mem::replace(&mut k, k_normed), rk),
-                ])
+
+    /// Splits per-token `q|k|v` rows into `q`, `k`, `v` (each `[tokens, width]`).
+    fn split_qkv(&self, qkv: &[f32]) -> [Vec<f32>; 3] {
+        let (heads, kv_heads, d) = (self.w.heads.heads, self.w.heads.kv_heads, self.w.heads.dim);
+        let widths = [heads * d, kv_heads * d, kv_heads * d];
+        let mut parts = widths.map(|w| Vec::with_capacity(self.tokens * w));
+        for row in qkv.chunks_exact(widths.iter().sum()) {
+            let mut at = 0;
+            for (part, w) in parts.iter_mut().zip(widths) {
+                part.extend_from_slice(&row[at..at + w]);
+                at += w;
             }
-            None => None,
-        };
-        rope::rotate(&mut q, &p.positions, d, &cos, &sin, false);
-        rope::rotate(&mut k, &p.positions, d, &cos, &sin, false);
-        let (attn, probs) = attention::forward(&q, &k, &v, &p.seqs, w.heads);
-        let attn = mm::tensor(attn, n, w.heads.heads * d, device);
-        let mut xm = linear(&attn, &l.o)?;
-        mm::add_in_place(&mut xm, &x);
-        let (h2, r2) = norm::forward(&xm, &l.post_norm.values, w.eps);
-        let h2 = mm::tensor(h2, n, h, device);
-        let gate = mm::mul(&h2, &l.gate.weight)?;
-        let up = mm::mul(&h2, &l.up.weight)?;
-        let act = swiglu::forward(&gate, &up);
-        let act = mm::tensor(act, n, l.down.weight.dims()[0], device);
-        let mut next = mm::mul(&act, &l.down.weight)?;
-        mm::add_in_place(&mut next, &xm);
-        layers.push(LayerTape {
+        }
+        parts
+    }
+}
+
+impl Recorder for Keeper<'_> {
+    const KEEPS_PROBS: bool = true;
+
+    fn attention_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
+        self.layer.x = transpose(x_t, self.w.hidden, self.tokens);
+        self.layer.r1 = inv_rms.to_vec();
+        self.layer.h1_t = Some(self.tensor_t(normed_t));
+    }
+
+    fn qkv_projected(&mut self, qkv: &[f32]) {
+        let l = &self.w.layers[self.layers.len()];
+        if let Some((qn, kn)) = &l.qk_norm {
+            let [q, k, _] = self.split_qkv(qkv);
+            // The backward needs only the reciprocal roots of the QK-norm's forward.
+            let (_, rq) = norm::forward(&q, &qn.values, self.w.eps);
+            let (_, rk) = norm::forward(&k, &kn.values, self.w.eps);
+            self.layer.qk_pre = Some([(q, rq), (k, rk)]);
+        }
+    }
+
+    fn qkv_rotated(&mut self, qkv: &[f32]) {
+        let [q, k, v] = self.split_qkv(qkv);
+        (self.layer.q, self.layer.k, self.layer.v) = (q, k, v);
+    }
+
+    fn attention(&mut self, probs: Vec<Vec<f32>>, out_t: &[f32]) {
+        self.layer.probs = probs;
+        self.layer.attn_t = Some(self.tensor_t(out_t));
+    }
+
+    fn mlp_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
+        self.layer.xm = transpose(x_t, self.w.hidden, self.tokens);
+        self.layer.r2 = inv_rms.to_vec();
+        self.layer.h2_t = Some(self.tensor_t(normed_t));
+    }
+
+    fn mlp_hidden(&mut self, gate_up_t: &[f32], act_t: &[f32]) {
+        let inter = act_t.len() / self.tokens.max(1);
+        let (gate_t, up_t) = gate_up_t.split_at(gate_up_t.len() / 2);
+        let act_t = self.tensor_t(act_t);
+        let LayerParts {
             x,
             r1,
-            h1,
+            h1_t,
             qk_pre,
             q,
             k,
             v,
             probs,
-            attn,
+            attn_t,
             xm,
             r2,
-            h2,
-            gate,
-            up,
-            act,
+            h2_t,
+        } = std::mem::take(&mut self.layer);
+        // The decoder calls every hook of a layer before this one; `forward` checks that every
+        // layer arrived.
+        let (Some(h1_t), Some(attn_t), Some(h2_t)) = (h1_t, attn_t, h2_t) else {
+            return;
+        };
+        self.layers.push(LayerTape {
+            x,
+            r1,
+            h1_t,
+            qk_pre,
+            q,
+            k,
+            v,
+            probs,
+            attn_t,
+            xm,
+            r2,
+            h2_t,
+            gate: transpose(gate_t, inter, self.tokens),
+            up: transpose(up_t, inter, self.tokens),
+            act_t,
         });
-        x = next;
     }
-    let (hf, r_final) = norm::forward(&x, &w.final_norm.values, w.eps);
+}
+
+/// The forward pass: the CPU decoder's own forward (so the log-probs are the bits the engine
+/// samples with), keeping what the backward reads.
+///
+/// # Errors
+/// [`BackendError::TokenOutOfVocab`] for a token outside the vocabulary; GEMM read-back failures.
+pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> {
+    let (n, h) = (p.tokens.len(), w.hidden);
+    let seqs: Vec<&[u32]> = p
+        .seqs
+        .iter()
+        .map(|&(start, len)| &p.tokens[start..start + len])
+        .collect();
+    let mut keeper = Keeper {
+        w,
+        tokens: n,
+        device,
+        layer: LayerParts::default(),
+        layers: Vec::with_capacity(w.layers.len()),
+    };
+    let x_final_t = w.decoder.forward_recorded(&seqs, &mut keeper)?;
+    if keeper.layers.len() != w.layers.len() {
+        return Err(BackendError::Train(format!(
+            "fused path: the decoder's forward recorded {} of {} layers",
+            keeper.layers.len(),
+            w.layers.len()
+        )));
+    }
+    let (logprobs, entropy) = w
+        .decoder
+        .logprobs_at(&x_final_t, n, &p.rows, &p.targets, true)?;
+    let x_final = transpose(&x_final_t, h, n);
+    let (hf, r_final) = norm::forward(&x_final, &w.final_norm.values, w.eps);
     let mut hidden_rows = Vec::with_capacity(p.rows.len() * h);
     for &r in &p.rows {
         hidden_rows.extend_from_slice(&hf[r * h..(r + 1) * h]);
     }
-    for &t in &p.targets {
-        if t as usize >= w.vocab {
-            return Err(BackendError::InvalidInput(format!(
-                "token id {t} is outside the vocabulary ({})",
-                w.vocab
-            )));
-        }
-    }
-    let (logprobs, entropy) = head::forward(&w.head, &hidden_rows, h, &p.targets, w.vocab, device)?;
+    let longest = p.seqs.iter().map(|s| s.1).max().unwrap_or(0);
+    let (cos, sin) = rope::tables(longest, &w.inv_freq);
     Ok(Tape {
-        layers,
-        x_final: x,
+        layers: keeper.layers,
+        x_final,
         r_final,
         hidden_rows,
         cos,
@@ -188,9 +261,10 @@ pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> 
     })
 }
 
-/// Adds `Xᵀ·dY` (and the bias gradient) of a linear layer to `sink`; returns `dY·Wᵀ`.
+/// Adds `Xᵀ·dY` (and the bias gradient) of a linear layer, given its input transposed (`x_t`,
+/// `[d_in, tokens]`), to `sink`; returns `dY·Wᵀ`.
 fn linear_backward(
-    x: &Tensor<2>,
+    x_t: &Tensor<2>,
     dy: Vec<f32>,
     m: &Matrix,
     sink: &mut GradSink,
@@ -201,9 +275,9 @@ fn linear_backward(
         mm::add_column_sums(&mut db, &dy);
         sink.add_vector(b.id, db);
     }
-    let [rows, cols] = [x.dims()[0], m.weight.dims()[1]];
+    let [rows, cols] = [x_t.dims()[1], m.weight.dims()[1]];
     let dy = mm::tensor(dy, rows, cols, device);
-    sink.add_matrix(m.id, m.weight.dims(), mm::t_mul(x, &dy)?);
+    sink.add_matrix(m.id, m.weight.dims(), mm::mul(x_t, &dy)?);
     mm::mul_t(&dy, &m.weight)
 }
 
@@ -256,19 +330,19 @@ pub(crate) fn backward(
     sink.add_vector(w.final_norm.id, dg);
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
-        let d_act = linear_backward(&t.act, dx.clone(), &l.down, sink, device)?;
+        let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink, device)?;
         let (d_gate, d_up) = swiglu::backward(&t.gate, &t.up, &d_act);
-        let mut dh2 = linear_backward(&t.h2, d_gate, &l.gate, sink, device)?;
+        let mut dh2 = linear_backward(&t.h2_t, d_gate, &l.gate, sink, device)?;
         mm::add_in_place(
             &mut dh2,
-            &linear_backward(&t.h2, d_up, &l.up, sink, device)?,
+            &linear_backward(&t.h2_t, d_up, &l.up, sink, device)?,
         );
         let mut dg2 = vec![0.0; h];
         let mut dxm = norm::backward(&t.xm, &t.r2, &l.post_norm.values, &dh2, &mut dg2);
         sink.add_vector(l.post_norm.id, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
-        let d_attn = linear_backward(&t.attn, dxm.clone(), &l.o, sink, device)?;
+        let d_attn = linear_backward(&t.attn_t, dxm.clone(), &l.o, sink, device)?;
         let (mut dq, mut dk, dv) =
             attention::backward(&t.q, &t.k, &t.v, &t.probs, &d_attn, &p.seqs, w.heads);
         rope::rotate(&mut dq, &p.positions, d, &cos, &sin, true);
@@ -281,9 +355,9 @@ pub(crate) fn backward(
             dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
             sink.add_vector(kn.id, dgk);
         }
-        let mut dh1 = linear_backward(&t.h1, dq, &l.q, sink, device)?;
-        mm::add_in_place(&mut dh1, &linear_backward(&t.h1, dk, &l.k, sink, device)?);
-        mm::add_in_place(&mut dh1, &linear_backward(&t.h1, dv, &l.v, sink, device)?);
+        let mut dh1 = linear_backward(&t.h1_t, dq, &l.q, sink, device)?;
+        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink, device)?);
+        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink, device)?);
         let mut dg1 = vec![0.0; h];
         dx = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
         sink.add_vector(l.input_norm.id, dg1);

@@ -4,6 +4,7 @@
 
 use super::attention::Heads;
 use super::head::Head;
+use crate::engine::cpu::CpuDecoder;
 use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
 use crate::{BackendError, Result};
 use burn::module::{Param, ParamId};
@@ -57,6 +58,8 @@ pub(crate) struct Weights {
     /// The untied head's id (`None` when tied: its gradient goes to the embedding).
     pub head_id: Option<ParamId>,
     pub inv_freq: Vec<f32>,
+    /// The same weights in the CPU decoder's layout: the forward runs on the decoder's kernels.
+    pub decoder: CpuDecoder,
 }
 
 fn vector<const D: usize>(p: &Param<Tensor<D>>, name: &str) -> Result<Vector> {
@@ -120,7 +123,7 @@ fn layer(attn: &Attention, mlp: &Mlp, input: &RmsNorm, post: &RmsNorm, i: usize)
     })
 }
 
-fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>) -> Result<Weights> {
+fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -> Result<Weights> {
     let c = m.config.decoder();
     let layers = m
         .model
@@ -164,6 +167,7 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>) -> Result<Weights> {
         head,
         head_id,
         inv_freq: m.rope.inv_freq().to_vec(),
+        decoder,
     })
 }
 
@@ -173,8 +177,8 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>) -> Result<Weights> {
 /// [`BackendError::UnsupportedByDecoder`] for Qwen3-MoE or MLP biases.
 pub(crate) fn extract(model: &CausalLm) -> Result<Weights> {
     match model {
-        CausalLm::Qwen2(m) => of(m),
-        CausalLm::Qwen3(m) => of(m),
+        CausalLm::Qwen2(m) => of(m, CpuDecoder::from_model(model)?),
+        CausalLm::Qwen3(m) => of(m, CpuDecoder::from_model(model)?),
         CausalLm::Qwen3Moe(_) => Err(BackendError::UnsupportedByDecoder {
             what: "qwen3_moe (mixture-of-experts) models on the fused training path".into(),
         }),
