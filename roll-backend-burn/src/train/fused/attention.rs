@@ -40,9 +40,28 @@ fn tasks(seqs: usize, kv_heads: usize) -> Vec<(usize, usize)> {
 /// leaves them (see [`Recorder::attention`](crate::engine::cpu::Recorder::attention)).
 pub(crate) type Probs = Vec<f32>;
 
+/// `a·b` over [`DOT_LANES`] interleaved partial sums: independent chains the compiler keeps in
+/// vector lanes (one serial chain of `d` additions waits on each add's latency). The backward
+/// only: the forward is the decoder's, whose order the engine shares.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let mut acc = [0.0f32; DOT_LANES];
+    let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((s, x), y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
+
+/// Partial sums of [`dot`].
+const DOT_LANES: usize = 8;
 
 /// `(dq, dk, dv)` from `dO`.
 #[allow(clippy::too_many_arguments)]
