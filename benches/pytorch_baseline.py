@@ -7,6 +7,9 @@ ratios compare like with like.
     /tmp/torchenv/bin/python benches/pytorch_baseline.py small   # the ~28M config
 
 Medians of 5 runs after a warm-up, 2 threads, f32, sdpa attention; run it on an idle machine.
+Besides generation, scoring and the 16x128 train step: the peak RSS of the train steps, a train
+step on 16 sequences of 16-256 tokens packed and padded, and the matmul peak (the same shapes
+as benches/train.rs).
 """
 import time, statistics, sys, torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -44,4 +47,39 @@ def step():
     logits = m(x).logits[:, :-1]
     lp = logits.log_softmax(-1).gather(-1, x[:, 1:, None]).squeeze(-1)
     loss = -lp.mean(); opt.zero_grad(); loss.backward(); opt.step()
+def peak_rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM (Linux), as benches/train.rs does
 t = med(step, 5); print(f"{which} train 16x128: {t:.3f} s, {2048/t:.0f} tok/s", flush=True)
+print(f"{which} peak RSS of the train steps: {peak_rss_mib():.0f} MiB", flush=True)
+
+# Mixed lengths, as benches/train.rs's train_step_mixed: 16 sequences of 16, 32, ..., 256 tokens.
+# Padded: one [16, 256] batch with an attention mask. Packed: one row of 2,176 tokens whose
+# position ids restart at each sequence; transformers (>= 4.56) then builds a block-causal mask
+# for sdpa, so no sequence attends to another (without the KV cache: use_cache=False).
+lens = [16 * (i + 1) for i in range(16)]
+seqs = [torch.randint(1, V, (n,)) for n in lens]
+real = sum(lens)
+pad = torch.zeros(16, 256, dtype=torch.long); am = torch.zeros(16, 256, dtype=torch.long)
+for i, q in enumerate(seqs):
+    pad[i, :len(q)] = q; am[i, :len(q)] = 1
+def masked_step(ids, targets, mask, **kw):
+    logits = m(ids, use_cache=False, **kw).logits[:, :-1]
+    lp = logits.log_softmax(-1).gather(-1, targets[:, :, None]).squeeze(-1)
+    loss = -(lp * mask).sum() / mask.sum(); opt.zero_grad(); loss.backward(); opt.step()
+def padded():
+    masked_step(pad, pad[:, 1:], am[:, 1:].float(), attention_mask=am)
+packed_ids = torch.cat(seqs)[None]
+pos = torch.cat([torch.arange(n) for n in lens])[None]
+# A target that starts the next sequence is not predicted by this one.
+cross = (pos[:, 1:] != 0).float()
+def packed():
+    masked_step(packed_ids, packed_ids[:, 1:], cross, position_ids=pos)
+for name, f in [("packed", packed), ("padded", padded)]:
+    t = med(f, 5); print(f"{which} train mixed 16-256 {name}: {t:.3f} s, {real/t:.0f} real tok/s", flush=True)
+
+a = torch.randn(2048, 512); w = torch.randn(512, 1408)
+p = med(lambda: a @ w, 20)
+print(f"matmul 2048x512x1408: {p*1e3:.2f} ms, {2*2048*512*1408/p/1e9:.1f} GFLOP/s", flush=True)

@@ -5,6 +5,15 @@
 //! shapes of `shared/baselines.md` (PyTorch: 0.114 and 1.80 s/step). Throughput counts all
 //! 16 × 128 tokens, as the baseline does.
 //!
+//! Beside it, in the same run:
+//! - `matmul_peak`: one Flex GEMM of the 28M config's gate/up shape (`[2048, 512]·[512, 1408]`),
+//!   whose FLOP/s is the peak the train step's model-FLOPs utilisation is measured against;
+//! - `train_step_mixed`: 16 sequences of 16, 32, …, 256 tokens (2,176 in all) on the fused path,
+//!   **packed** end to end as the trainer does, and **padded** to 256 each (4,096 tokens, padding
+//!   masked out of the loss) as a padded batch would be; throughput counts the 2,176 real tokens;
+//! - the peak resident memory of each model's fused train steps (printed: `VmHWM`, reset before
+//!   each model by writing `5` to `/proc/self/clear_refs`).
+//!
 //! `cargo bench --bench train` (measure with the machine otherwise idle).
 
 // `criterion_group!` generates an undocumented public function.
@@ -13,6 +22,7 @@
 mod common;
 use common::bench_models;
 
+use burn::tensor::{Distribution, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use roll_backend_burn::train::{TrainKernels, Trainer, TrainerConfig};
 use roll_backend_burn::{CausalLm, Device, ScoringOptions, score};
@@ -71,9 +81,82 @@ fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
     TrainBatch::new(sequences).expect("valid batch")
 }
 
+/// Sequences of 16, 32, …, 256 tokens (8 prompt tokens each), all response tokens trained; with
+/// `pad_to`, each response is extended with untrained tokens to that total length.
+fn mixed_batch(vocab: usize, pad_to: Option<usize>) -> TrainBatch {
+    let mut state = 0x9e37_79b9_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % vocab as u64) as u32
+    };
+    let sequences = (0..SEQS)
+        .map(|i| {
+            let len = 16 * (i + 1);
+            let trained = len - MIXED_PROMPT;
+            let total = pad_to.unwrap_or(len).max(len);
+            let response: Vec<u32> = (0..total - MIXED_PROMPT).map(|_| next()).collect();
+            let r = response.len();
+            let mask: Vec<bool> = (0..r).map(|t| t < trained).collect();
+            TrainSequence {
+                sample: SampleId(i as u64),
+                prompt_ids: (0..MIXED_PROMPT).map(|_| next()).collect(),
+                response_ids: response,
+                loss_mask: mask,
+                old_logprobs: vec![-9.0; r],
+                rollout_logprobs: vec![-9.0; r],
+                ref_logprobs: None,
+                advantages: vec![if i % 2 == 0 { 1.0 } else { -1.0 }; r],
+                returns: None,
+                old_values: None,
+                weight: 1.0,
+                score: 0.0,
+            }
+        })
+        .collect();
+    TrainBatch::new(sequences).expect("valid batch")
+}
+
+const MIXED_PROMPT: usize = 8;
+
+/// Peak resident memory of this process since the last [`reset_peak_rss`], in MiB (Linux).
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn reset_peak_rss() {
+    // Linux resets VmHWM to the current RSS on "5"; elsewhere the figure is the process's peak.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
     let models = bench_models(&device);
+
+    // The GEMM peak: one gate/up-shaped product (2·M·N·K FLOPs counted as elements).
+    let (m, k, n) = (2048usize, 512usize, 1408usize);
+    let a = Tensor::<2>::random([m, k], Distribution::Default, &device);
+    let w = Tensor::<2>::random([k, n], Distribution::Default, &device);
+    let mut group = c.benchmark_group("matmul_peak");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements((2 * m * n * k) as u64));
+    group.bench_function("flex_2048x512x1408", |b| {
+        b.iter(|| a.clone().matmul(w.clone()))
+    });
+    let (a2, w2) = (
+        Tensor::<2>::random([2048, 2048], Distribution::Default, &device),
+        Tensor::<2>::random([2048, 2048], Distribution::Default, &device),
+    );
+    group.throughput(Throughput::Elements(2 * 2048u64.pow(3)));
+    group.bench_function("flex_2048x2048x2048", |b| {
+        b.iter(|| a2.clone().matmul(w2.clone()))
+    });
+    group.finish();
+
     let mut group = c.benchmark_group("train_step_16x128");
     group.sample_size(10);
     group.throughput(Throughput::Elements((SEQS * LEN) as u64));
@@ -91,7 +174,38 @@ fn bench(c: &mut Criterion) {
                 ..TrainerConfig::default()
             };
             let mut trainer = Trainer::new(model.clone(), config, &device).expect("trainer");
+            reset_peak_rss();
             group.bench_with_input(BenchmarkId::new(path, name), &b, |bench, b| {
+                bench.iter(|| trainer.step(b, &objective).expect("train step"))
+            });
+            if let Some(mib) = peak_rss_mib() {
+                println!("peak RSS, {path} train steps of {name}: {mib:.0} MiB");
+            }
+        }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("train_step_mixed");
+    group.sample_size(10);
+    for (name, model) in bench_models(&device) {
+        let vocab = model.vocab_size();
+        let packed = mixed_batch(vocab, None);
+        let real: usize = packed
+            .sequences()
+            .iter()
+            .map(|s| s.prompt_ids.len() + s.response_ids.len())
+            .sum();
+        group.throughput(Throughput::Elements(real as u64));
+        let config = TrainerConfig {
+            lr: 1e-6,
+            ..TrainerConfig::default()
+        };
+        let mut trainer = Trainer::new(model, config, &device).expect("trainer");
+        for (layout, b) in [
+            ("packed", packed),
+            ("padded", mixed_batch(vocab, Some(256))),
+        ] {
+            group.bench_with_input(BenchmarkId::new(layout, name), &b, |bench, b| {
                 bench.iter(|| trainer.step(b, &objective).expect("train step"))
             });
         }

@@ -35,14 +35,17 @@
 //! scoring), syncs the engine once (weight version + 1), and measures the **train–inference
 //! log-prob gap** once: the engine generates a short greedy probe from the batch's first prompt
 //! and the training kernels rescore it; the largest absolute difference of the per-token
-//! log-probs is reported as `train_infer_logprob_gap` (it should stay ≤ 1e-4; ROLL users' most
-//! reported numerical problem is this gap growing unnoticed).
+//! log-probs is reported as `train_infer_logprob_gap` (ROLL users' most reported numerical
+//! problem is this gap growing unnoticed). On the CPU with the fused trainer it is **0**: the
+//! training forward is the CPU decoder's forward (see `train::fused`); on Burn's autodiff path it
+//! is float round-off (~1e-6) and should stay ≤ 1e-4.
 //!
 //! # Scoring
 //! One entry point, [`Score::score`]; the request names its kernels ([`ScoreKernels`]):
 //! `Inference` runs the engine's kernels (the CPU decoder where it serves the model — the
-//! numbers the rollout was sampled with), `Training` runs the trainer's forward ([`score`]). A
-//! critic always scores through its value head on the training forward.
+//! numbers the rollout was sampled with), `Training` runs the trainer's forward: the same CPU
+//! decoder when the actor trains on the fused path, Burn's forward ([`score`]) otherwise. A
+//! critic always scores through its value head on the Burn forward.
 
 use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::hf::{HfSource, SaveOptions, export_hf_dir};

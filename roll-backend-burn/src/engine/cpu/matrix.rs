@@ -62,7 +62,11 @@ mod tests {
             let t = transpose(&m, rows, cols);
             for r in 0..rows {
                 for c in 0..cols {
-                    assert_eq!(t[c * rows + r], m[r * cols + c], "{rows}x{cols} at ({r}, {c})");
+                    assert_eq!(
+                        t[c * rows + r],
+                        m[r * cols + c],
+                        "{rows}x{cols} at ({r}, {c})"
+                    );
                 }
             }
             assert_eq!(transpose(&t, cols, rows), m);

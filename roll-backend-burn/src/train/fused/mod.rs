@@ -4,6 +4,17 @@
 //! log-prob/entropy of each trained position a chunk of rows at a time (no `[tokens, vocab]`
 //! tensor is kept). GEMMs go through Flex's matmul; element-wise work is spread over rayon.
 //!
+//! **The forward is the inference engine's.** It runs the CPU decoder's own forward
+//! ([`CpuDecoder::forward_recorded`](crate::engine::cpu::CpuDecoder::forward_recorded)) on the
+//! trainer's current weights, every sequence prefilled from position 0, with a
+//! [`Recorder`](crate::engine::cpu::Recorder) that copies what the backward reads; the log-probs
+//! come from the decoder's LM head and the log-prob formula the sampler reports with. So the
+//! log-probs a training step computes are, bit for bit, those the engine sampled with on the same
+//! weights: the train–inference gap is 0 by construction on the CPU, not by tolerance (the
+//! decoder is batch-invariant, so packing, prefill and decode all give the same bits). The
+//! backward is free to sum in other orders; it is checked against finite differences and Burn's
+//! autodiff.
+//!
 //! Why: on the CPU, Burn's autodiff path spends most of a training step outside the GEMMs —
 //! per-op dispatch, fresh allocations, softmax decomposed into several recorded ops, a gradient
 //! graph built and walked every step. The fused path runs the same mathematics as a fixed
