@@ -33,16 +33,20 @@ const SEQS: usize = 16;
 const PROMPT: usize = 16;
 const LEN: usize = 128;
 
-/// Random sequences whose `old_logprobs` are the model's own (PPO ratio 1 at the first step).
-fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
-    let vocab = model.vocab_size();
-    let mut state = 0x2545_f491_u64;
-    let mut next = move || {
+/// Token ids below `vocab` from a xorshift generator seeded with `seed`.
+fn token_stream(seed: u64, vocab: usize) -> impl FnMut() -> u32 {
+    let mut state = seed;
+    move || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         (state % vocab as u64) as u32
-    };
+    }
+}
+
+/// Random sequences whose `old_logprobs` are the model's own (PPO ratio 1 at the first step).
+fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
+    let mut next = token_stream(0x2545_f491, model.vocab_size());
     let r = LEN - PROMPT;
     let ids: Vec<Vec<u32>> = (0..SEQS)
         .map(|_| (0..LEN).map(|_| next()).collect())
@@ -84,13 +88,7 @@ fn batch(model: &CausalLm, device: &Device) -> TrainBatch {
 /// Sequences of 16, 32, …, 256 tokens (8 prompt tokens each), all response tokens trained; with
 /// `pad_to`, each response is extended with untrained tokens to that total length.
 fn mixed_batch(vocab: usize, pad_to: Option<usize>) -> TrainBatch {
-    let mut state = 0x9e37_79b9_u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % vocab as u64) as u32
-    };
+    let mut next = token_stream(0x9e37_79b9, vocab);
     let sequences = (0..SEQS)
         .map(|i| {
             let len = 16 * (i + 1);
