@@ -7,7 +7,7 @@ mod support;
 use support::{grads_of, params};
 
 use roll_algos::loss::KlLoss;
-use roll_backend_burn::train::{TrainKernels, Trainer, TrainerConfig};
+use roll_backend_burn::train::{LoraConfig, TrainKernels, Trainer, TrainerConfig};
 use roll_backend_burn::{CausalLm, Device, HfConfig, ScoringOptions, load_model, score};
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::rng::SplitMix64;
@@ -159,6 +159,65 @@ fn fused_gradients_match_autodiff_on_qwen3_with_an_untied_head() {
     c.head_dim = Some(8); // heads·head_dim = 32 ≠ hidden 24
     c.tie_word_embeddings = false;
     assert_same_gradients(&random(c), "qwen3");
+}
+
+/// LoRA on the fused path: the forward multiplies by `W + scale·A·B`, the backward turns each
+/// adapted weight's gradient into the adapters' (`dA = scale·dW·Bᵀ`, `dB = scale·Aᵀ·dW`) and
+/// leaves every frozen parameter without one. Checked after a step, so that `B ≠ 0` and both
+/// factors have a gradient.
+#[test]
+fn fused_lora_gradients_match_autodiff() {
+    let model = load_model(support::fixture("tiny-qwen2-sft"), &dev()).unwrap();
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        target_modules: ["q_proj", "v_proj", "gate_proj", "down_proj"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let mut trainers: Vec<Trainer> = [TrainKernels::Auto, TrainKernels::Autodiff]
+        .into_iter()
+        .map(|kernels| {
+            let config = TrainerConfig {
+                lr: 1e-3,
+                kernels,
+                lora: Some(lora.clone()),
+                ..TrainerConfig::default()
+            };
+            let t = Trainer::new(model.clone(), config, &dev()).unwrap();
+            assert_eq!(t.kernels(), kernels);
+            t
+        })
+        .collect();
+    for t in &mut trainers {
+        assert!(!t.step(&batch(&model, 6, 5), &objective()).unwrap().skipped);
+    }
+    let b = batch(&model, 6, 9);
+    let grads: Vec<_> = trainers
+        .iter()
+        .map(|t| {
+            let g = t.accumulate_gradients(&b, &objective()).unwrap();
+            grads_of(t.training_model().unwrap(), g.grads)
+        })
+        .collect();
+    let (fused, reference) = (&grads[0], &grads[1]);
+    assert_eq!(
+        fused.keys().collect::<Vec<_>>(),
+        reference.keys().collect::<Vec<_>>(),
+        "the same parameters train"
+    );
+    // Two factors per adapted weight (4 layer kinds in every layer), nothing else.
+    assert!(
+        fused.keys().all(|k| k.ends_with(".a") || k.ends_with(".b")),
+        "{:?}",
+        fused.keys()
+    );
+    assert_eq!(fused.len(), 2 * trainers[0].num_adapters());
+    for (k, g) in fused {
+        assert!(g.iter().any(|v| *v != 0.0), "{k}: a zero gradient");
+        let err = relative_error(g, &reference[k]);
+        assert!(err <= 1e-4, "{k}: relative error {err:e}");
+    }
 }
 
 #[test]

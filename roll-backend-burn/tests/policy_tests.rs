@@ -7,7 +7,7 @@
 
 mod support;
 
-use roll_backend_burn::train::{TrainKernels, TrainerConfig};
+use roll_backend_burn::train::{LoraConfig, TrainKernels, TrainerConfig};
 use roll_backend_burn::{
     BurnCritic, BurnFrozen, BurnPolicy, BurnReference, Device, HfTokenizer, PolicyOptions,
     load_model,
@@ -164,7 +164,6 @@ fn grpo_batch(groups: &[(Vec<u32>, Vec<roll_core::policy::Generation>)]) -> Trai
 /// with, and the probe gap reads exactly 0.
 #[test]
 fn after_a_grpo_step_the_trainer_computes_the_sampled_logprobs_bit_for_bit() {
-    let policy = actor("tiny-qwen2-sft", trainer_config(), PolicyOptions::default());
     let prompts = [
         vec![10u32, 11, 12, 13],
         vec![40u32, 41, 42],
@@ -189,27 +188,40 @@ fn after_a_grpo_step_the_trainer_computes_the_sampled_logprobs_bit_for_bit() {
             })
             .collect::<Vec<_>>()
     };
-    for round in 0..2 {
-        let groups = sample_all(&policy, round);
-        for (_, samples) in &groups {
-            assert!(
-                samples
-                    .iter()
-                    .all(|g| g.weight_version == WeightVersion(round))
-            );
+    // Full fine-tuning, and LoRA (the engine serves the merged weights).
+    let lora = TrainerConfig {
+        lr: 1e-3,
+        lora: Some(LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            target_modules: vec!["q_proj".into(), "v_proj".into(), "up_proj".into()],
+        }),
+        ..trainer_config()
+    };
+    for config in [trainer_config(), lora] {
+        let policy = actor("tiny-qwen2-sft", config, PolicyOptions::default());
+        for round in 0..2 {
+            let groups = sample_all(&policy, round);
+            for (_, samples) in &groups {
+                assert!(
+                    samples
+                        .iter()
+                        .all(|g| g.weight_version == WeightVersion(round))
+                );
+            }
+            let out = rt()
+                .block_on(policy.train_step(grpo_batch(&groups), &Objective::default()))
+                .unwrap();
+            assert_eq!(out.weight_version, WeightVersion(round + 1));
+            // The batch's old log-probs are the sampled ones, so `approx_kl` (the mean of
+            // ½·(logp − old)² over the trained tokens) is 0 only if every log-prob of the training
+            // forward has the sampled bits; every ratio is then exactly 1.
+            let m = &out.metrics;
+            assert_eq!(m["approx_kl"], 0.0, "round {round}: {m:?}");
+            assert_eq!(m["ratio_mean"], 1.0, "round {round}");
+            assert_eq!(m["train_infer_logprob_gap"], 0.0, "round {round}");
+            assert!(m["grad_norm"] > 0.0);
         }
-        let out = rt()
-            .block_on(policy.train_step(grpo_batch(&groups), &Objective::default()))
-            .unwrap();
-        assert_eq!(out.weight_version, WeightVersion(round + 1));
-        // The batch's old log-probs are the sampled ones, so `approx_kl` (the mean of
-        // ½·(logp − old)² over the trained tokens) is 0 only if every log-prob of the training
-        // forward has the sampled bits; every ratio is then exactly 1.
-        let m = &out.metrics;
-        assert_eq!(m["approx_kl"], 0.0, "round {round}: {m:?}");
-        assert_eq!(m["ratio_mean"], 1.0, "round {round}");
-        assert_eq!(m["train_infer_logprob_gap"], 0.0, "round {round}");
-        assert!(m["grad_norm"] > 0.0);
     }
     // The metrics do measure: Burn's autodiff forward (another summation order) is off in the
     // last bits.

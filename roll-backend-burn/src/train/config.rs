@@ -60,7 +60,8 @@ pub struct TrainerConfig {
 #[serde(rename_all = "snake_case")]
 pub enum TrainKernels {
     /// The fused CPU kernels where they cover the model — a dense Qwen2/Qwen3 on the CPU (Flex)
-    /// device without LoRA — and Burn's autodiff everywhere else.
+    /// device, LoRA included unless it adapts the embedding or the LM head — and Burn's autodiff
+    /// everywhere else.
     #[default]
     Auto,
     /// Burn's autodiff always: the generic path, and the reference the fused one is tested

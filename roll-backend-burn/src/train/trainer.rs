@@ -305,10 +305,16 @@ impl Trainer {
     }
 
     /// The kernels this trainer's gradients run on: [`TrainKernels::Auto`] when the fused CPU
-    /// path covers the model (dense Qwen2/Qwen3 on the CPU device, no LoRA) and the config
-    /// allows it, [`TrainKernels::Autodiff`] otherwise.
+    /// path covers the model (dense Qwen2/Qwen3 on the CPU device; LoRA on the decoder layers'
+    /// linear layers, not on the embedding or the LM head) and the config allows it,
+    /// [`TrainKernels::Autodiff`] otherwise.
     pub fn kernels(&self) -> TrainKernels {
-        let covered = self.base.is_none()
+        let lora_covered = self.core.config.lora.as_ref().is_none_or(|l| {
+            l.target_modules
+                .iter()
+                .all(|t| t != "lm_head" && t != "embed_tokens")
+        });
+        let covered = lora_covered
             && self.core.device == Device::flex()
             && self
                 .core

@@ -1,6 +1,7 @@
 //! Gradients by parameter, summed where a parameter is used twice (a tied embedding), handed to
 //! Burn's optimiser as [`GradientsParams`].
 
+use super::weights::Vector;
 use burn::module::ParamId;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -14,12 +15,15 @@ pub(crate) struct GradSink {
 }
 
 impl GradSink {
-    /// Adds the gradient of a 1-D parameter.
-    pub(crate) fn add_vector(&mut self, id: ParamId, g: Vec<f32>) {
-        match self.vectors.get_mut(&id) {
+    /// Adds the gradient of a 1-D parameter (nothing for a frozen one).
+    pub(crate) fn add_vector(&mut self, p: &Vector, g: Vec<f32>) {
+        if !p.trains {
+            return;
+        }
+        match self.vectors.get_mut(&p.id) {
             Some(sum) => super::mm::add_in_place(sum, &g),
             None => {
-                self.vectors.insert(id, g);
+                self.vectors.insert(p.id, g);
             }
         }
     }

@@ -59,7 +59,7 @@ fn softmax_rows(z: &mut [f32], vocab: usize, targets: &[u32], lp: &mut [f32], en
 }
 
 /// The gradient of `Σ dlogp·logp + dent·H` with respect to `hidden`; the head's weight gradient
-/// (shaped as the weight) is added to `dw`.
+/// (shaped as the weight) is added to `dw` (`None`: a frozen head, no weight gradient).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     head: &Head,
@@ -69,7 +69,7 @@ pub(crate) fn backward(
     vocab: usize,
     d_logp: &[f32],
     d_entropy: &[f32],
-    dw: &mut [f32],
+    mut dw: Option<&mut [f32]>,
     device: &Device,
 ) -> Result<Vec<f32>> {
     let rows = targets.len();
@@ -105,11 +105,15 @@ pub(crate) fn backward(
         match head {
             Head::Untied(w) => {
                 dh.extend(mm::mul_t(&dz, w)?);
-                mm::add_in_place(dw, &mm::t_mul(&chunk, &dz)?);
+                if let Some(dw) = dw.as_deref_mut() {
+                    mm::add_in_place(dw, &mm::t_mul(&chunk, &dz)?);
+                }
             }
             Head::Tied(e) => {
                 dh.extend(mm::mul(&dz, e)?);
-                mm::add_in_place(dw, &mm::t_mul(&dz, &chunk)?);
+                if let Some(dw) = dw.as_deref_mut() {
+                    mm::add_in_place(dw, &mm::t_mul(&dz, &chunk)?);
+                }
             }
         }
     }

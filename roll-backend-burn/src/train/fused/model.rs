@@ -273,11 +273,24 @@ fn linear_backward(
     if let Some(b) = &m.bias {
         let mut db = vec![0.0; b.values.len()];
         mm::add_column_sums(&mut db, &dy);
-        sink.add_vector(b.id, db);
+        sink.add_vector(b, db);
     }
     let [rows, cols] = [x_t.dims()[1], m.weight.dims()[1]];
     let dy = mm::tensor(dy, rows, cols, device);
-    sink.add_matrix(m.id, m.weight.dims(), mm::mul(x_t, &dy)?);
+    // A frozen weight without an adapter needs no weight gradient at all.
+    if m.trains || m.adapter.is_some() {
+        let dims = m.weight.dims();
+        let dw = mm::mul(x_t, &dy)?;
+        if let Some(ad) = &m.adapter {
+            let dw = mm::tensor(dw.clone(), dims[0], dims[1], device);
+            let scaled = |g: Vec<f32>| g.into_iter().map(|v| v * ad.scale).collect();
+            sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul_t(&dw, &ad.b)?));
+            sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::t_mul(&ad.a, &dw)?));
+        }
+        if m.trains {
+            sink.add_matrix(m.id, dims, dw);
+        }
+    }
     mm::mul_t(&dy, &m.weight)
 }
 
@@ -305,7 +318,7 @@ pub(crate) fn backward(
         sin,
         ..
     } = tape;
-    let mut dw_head = vec![0.0; w.vocab * h];
+    let mut dw_head = w.head_trains.then(|| vec![0.0; w.vocab * h]);
     let dh_rows = head::backward(
         &w.head,
         &hidden_rows,
@@ -314,12 +327,13 @@ pub(crate) fn backward(
         w.vocab,
         d_logp,
         d_entropy,
-        &mut dw_head,
+        dw_head.as_deref_mut(),
         device,
     )?;
-    match w.head_id {
-        Some(id) => sink.add_matrix(id, [h, w.vocab], dw_head),
-        None => sink.add_matrix(w.embed.id, [w.vocab, h], dw_head),
+    match (w.head_id, dw_head) {
+        (Some(id), Some(dw)) => sink.add_matrix(id, [h, w.vocab], dw),
+        (None, Some(dw)) => sink.add_matrix(w.embed.id, [w.vocab, h], dw),
+        (_, None) => {}
     }
     let mut dhf = vec![0.0; n * h];
     for (i, &r) in p.rows.iter().enumerate() {
@@ -327,7 +341,7 @@ pub(crate) fn backward(
     }
     let mut dg = vec![0.0; h];
     let mut dx = norm::backward(&x_final, &r_final, &w.final_norm.values, &dhf, &mut dg);
-    sink.add_vector(w.final_norm.id, dg);
+    sink.add_vector(&w.final_norm, dg);
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
         let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink, device)?;
@@ -339,7 +353,7 @@ pub(crate) fn backward(
         );
         let mut dg2 = vec![0.0; h];
         let mut dxm = norm::backward(&t.xm, &t.r2, &l.post_norm.values, &dh2, &mut dg2);
-        sink.add_vector(l.post_norm.id, dg2);
+        sink.add_vector(&l.post_norm, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
         let d_attn = linear_backward(&t.attn_t, dxm.clone(), &l.o, sink, device)?;
@@ -350,24 +364,26 @@ pub(crate) fn backward(
         if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.qk_pre) {
             let mut dgq = vec![0.0; d];
             dq = norm::backward(q_pre, rq, &qn.values, &dq, &mut dgq);
-            sink.add_vector(qn.id, dgq);
+            sink.add_vector(qn, dgq);
             let mut dgk = vec![0.0; d];
             dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
-            sink.add_vector(kn.id, dgk);
+            sink.add_vector(kn, dgk);
         }
         let mut dh1 = linear_backward(&t.h1_t, dq, &l.q, sink, device)?;
         mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink, device)?);
         mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink, device)?);
         let mut dg1 = vec![0.0; h];
         dx = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
-        sink.add_vector(l.input_norm.id, dg1);
+        sink.add_vector(&l.input_norm, dg1);
         mm::add_in_place(&mut dx, &dxm);
     }
-    let mut d_embed = vec![0.0; w.vocab * h];
-    for (i, &tok) in p.tokens.iter().enumerate() {
-        let t = tok as usize;
-        mm::add_in_place(&mut d_embed[t * h..(t + 1) * h], &dx[i * h..(i + 1) * h]);
+    if w.embed.trains {
+        let mut d_embed = vec![0.0; w.vocab * h];
+        for (i, &tok) in p.tokens.iter().enumerate() {
+            let t = tok as usize;
+            mm::add_in_place(&mut d_embed[t * h..(t + 1) * h], &dx[i * h..(i + 1) * h]);
+        }
+        sink.add_matrix(w.embed.id, [w.vocab, h], d_embed);
     }
-    sink.add_matrix(w.embed.id, [w.vocab, h], d_embed);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! A dense Qwen model's parameters as the fused path reads them: GEMM weights as the trained
 //! module's own (plain, not copied) Flex tensors, norms and biases as `f32` vectors, each with
-//! the [`ParamId`] its gradient is registered under.
+//! the [`ParamId`] its gradient is registered under and whether it trains at all (under LoRA the
+//! base is frozen and only the adapters train).
 
 use super::attention::Heads;
 use super::head::Head;
@@ -11,12 +12,27 @@ use burn::module::{Param, ParamId};
 use burn::nn::{Linear, RmsNorm};
 use burn::tensor::Tensor;
 
-/// A GEMM weight `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`).
+/// A GEMM weight `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`); with a LoRA adapter,
+/// `weight` is the effective `W + scale·A·B` the forward multiplies by.
 #[derive(Debug, Clone)]
 pub(crate) struct Matrix {
     pub id: ParamId,
     pub weight: Tensor<2>,
     pub bias: Option<Vector>,
+    /// Whether `W` itself trains (not under LoRA, whose base is frozen).
+    pub trains: bool,
+    pub adapter: Option<Adapter>,
+}
+
+/// A LoRA adapter `W + scale·A·B` (`A`: `[d_in, r]`, `B`: `[r, d_out]`). From the effective
+/// weight's gradient `dW`: `dA = scale·dW·Bᵀ`, `dB = scale·Aᵀ·dW`.
+#[derive(Debug, Clone)]
+pub(crate) struct Adapter {
+    pub a_id: ParamId,
+    pub a: Tensor<2>,
+    pub b_id: ParamId,
+    pub b: Tensor<2>,
+    pub scale: f32,
 }
 
 /// A vector parameter (a norm's gain, a bias).
@@ -24,6 +40,8 @@ pub(crate) struct Matrix {
 pub(crate) struct Vector {
     pub id: ParamId,
     pub values: Vec<f32>,
+    /// Whether it trains (not under LoRA).
+    pub trains: bool,
 }
 
 /// One decoder layer.
@@ -57,6 +75,8 @@ pub(crate) struct Weights {
     pub head: Head,
     /// The untied head's id (`None` when tied: its gradient goes to the embedding).
     pub head_id: Option<ParamId>,
+    /// Whether the head's weight (the embedding, when tied) trains.
+    pub head_trains: bool,
     pub inv_freq: Vec<f32>,
     /// The same weights in the CPU decoder's layout: the forward runs on the decoder's kernels.
     pub decoder: CpuDecoder,
@@ -70,13 +90,30 @@ fn vector<const D: usize>(p: &Param<Tensor<D>>, name: &str) -> Result<Vector> {
         .convert::<f32>()
         .try_into_vec::<f32>()
         .map_err(|e| BackendError::Train(format!("fused path: cannot read `{name}`: {e:?}")))?;
-    Ok(Vector { id: p.id, values })
+    Ok(Vector {
+        id: p.id,
+        values,
+        trains: trains(p),
+    })
+}
+
+/// Whether the parameter itself (its base, not an adapter) takes gradients.
+fn trains<const D: usize>(p: &Param<Tensor<D>>) -> bool {
+    Tensor::is_require_grad(&**p)
 }
 
 fn matrix(l: &Linear, name: &str) -> Result<Matrix> {
     Ok(Matrix {
         id: l.weight.id,
         weight: l.weight.val().inner(),
+        trains: trains(&l.weight),
+        adapter: l.weight.adapter().map(|a| Adapter {
+            a_id: a.a.id,
+            a: a.a.val().inner(),
+            b_id: a.b.id,
+            b: a.b.val().inner(),
+            scale: a.scale as f32,
+        }),
         bias: l
             .bias
             .as_ref()
@@ -141,16 +178,21 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
         })
         .collect::<Result<Vec<_>>>()?;
     let embed_param = &m.model.embed_tokens.weight;
-    let (head, head_id) = match &m.lm_head {
+    let embed = vector(embed_param, "embed_tokens")?;
+    let (head, head_id, head_trains) = match &m.lm_head {
         Some(l) => {
             if l.bias.is_some() {
                 return Err(BackendError::UnsupportedByDecoder {
                     what: "lm_head bias".into(),
                 });
             }
-            (Head::Untied(l.weight.val().inner()), Some(l.weight.id))
+            (
+                Head::Untied(l.weight.val().inner()),
+                Some(l.weight.id),
+                trains(&l.weight),
+            )
         }
-        None => (Head::Tied(embed_param.val().inner()), None),
+        None => (Head::Tied(embed_param.val().inner()), None, embed.trains),
     };
     Ok(Weights {
         heads: Heads {
@@ -161,11 +203,12 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
         hidden: c.hidden_size,
         vocab: c.vocab_size,
         eps: m.model.norm.epsilon as f32,
-        embed: vector(embed_param, "embed_tokens")?,
+        embed,
         layers,
         final_norm: norm(&m.model.norm, "norm")?,
         head,
         head_id,
+        head_trains,
         inv_freq: m.rope.inv_freq().to_vec(),
         decoder,
     })
