@@ -2,17 +2,19 @@
 //! roll-algos' critic loss.
 
 use super::checkpoint::{self, CheckpointMeta, TrainedRole};
+use super::config::TrainKernels;
 use super::config::TrainerConfig;
 use super::core::{
     BatchGradients, Chunk, Core, MetricSums, TrainStepReport, materialize_params, plan,
 };
+use super::fused;
 use super::lora::{LoraAttach, TrainerRng};
 use crate::models::{CausalLm, TokenBatch, ValueHead};
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::{Module, Param};
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
-use roll_algos::loss::{LossAggregation, critic_loss};
+use roll_algos::loss::{CriticLossOutput, LossAggregation, critic_loss};
 use roll_core::TrainBatch;
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use std::path::{Path, PathBuf};
@@ -208,6 +210,10 @@ impl CriticTrainer {
         }
         let model = self.core.module()?;
         let plan = plan(batch, &self.core.config)?;
+        let fused = match self.kernels() {
+            TrainKernels::Auto => Some(fused::extract(&model.trunk)?),
+            TrainKernels::Autodiff => None,
+        };
         let mut acc = GradientsAccumulator::<CriticModel>::new();
         let mut sums = MetricSums::default();
         let mut loss = 0.0;
@@ -218,22 +224,34 @@ impl CriticTrainer {
                 model.trunk.vocab_size(),
                 &self.core.ad_device,
             )?;
-            let hidden = chunk.response_hidden(model.trunk.forward_hidden(&chunk.tokens));
-            let values = model.head.forward(hidden);
-            let returns = chunk.per_token(|s| s.returns.as_deref().unwrap_or(&[]));
-            let old = chunk.per_token(|s| s.old_values.as_deref().unwrap_or(&[]));
-            let out = critic_loss(
-                values,
-                old,
-                returns,
-                chunk.mask.clone(),
-                &objective.value_loss,
-                LossAggregation::SeqMeanTokenMean {},
-                &plan.denominators,
-            )
-            .map_err(|e| BackendError::Train(format!("critic loss: {e}")))?;
-            let grads = GradientsParams::from_grads(out.loss.backward(), model);
-            acc.accumulate(model, grads);
+            let loss_of = |values: Tensor<2>| {
+                let returns = chunk.per_token(|s| s.returns.as_deref().unwrap_or(&[]));
+                let old = chunk.per_token(|s| s.old_values.as_deref().unwrap_or(&[]));
+                critic_loss(
+                    values,
+                    old,
+                    returns,
+                    chunk.mask.clone(),
+                    &objective.value_loss,
+                    LossAggregation::SeqMeanTokenMean {},
+                    &plan.denominators,
+                )
+                .map_err(|e| BackendError::Train(format!("critic loss: {e}")))
+            };
+            let out = match &fused {
+                Some(weights) => {
+                    let (grads, out) = self.fused_gradients(model, weights, &chunk, loss_of)?;
+                    acc.accumulate(model, grads);
+                    out
+                }
+                None => {
+                    let hidden = chunk.response_hidden(model.trunk.forward_hidden(&chunk.tokens));
+                    let out = loss_of(model.head.forward(hidden))?;
+                    let grads = GradientsParams::from_grads(out.loss.backward(), model);
+                    acc.accumulate(model, grads);
+                    out
+                }
+            };
             loss += f64::from(out.metrics.vf_loss);
             sums.add_sum("vf_loss", out.metrics.vf_loss);
             sums.add_mean("vf_clip_frac", out.metrics.clip_frac, chunk.trained);
@@ -248,6 +266,89 @@ impl CriticTrainer {
             micro_batches: plan.chunks.len(),
             metrics: sums.finish(),
         })
+    }
+
+    /// The kernels this critic's gradients run on, decided as for the actor
+    /// ([`super::Trainer::kernels`]): the fused CPU path under the same conditions, Burn's
+    /// autodiff otherwise.
+    pub fn kernels(&self) -> TrainKernels {
+        match self.core.module() {
+            Ok(m) => fused::kernels_for(&self.core.config, &self.core.device, &m.trunk),
+            Err(_) => TrainKernels::Autodiff,
+        }
+    }
+
+    /// One micro-batch on the fused path: the trunk's forward on the fused kernels (the hidden
+    /// states at the positions that predict response tokens), the value head and the loss on
+    /// Burn over the values as leaves, then the head's gradient by hand and the trunk's by the
+    /// fused backward.
+    fn fused_gradients(
+        &self,
+        model: &CriticModel,
+        weights: &fused::Weights,
+        chunk: &Chunk<'_>,
+        loss_of: impl Fn(Tensor<2>) -> Result<CriticLossOutput>,
+    ) -> Result<(GradientsParams, CriticLossOutput)> {
+        let device = &self.core.device;
+        let h = weights.hidden;
+        let packed = fused::pack(&chunk.seqs);
+        let tape = fused::forward(weights, &packed, fused::Outputs::Hidden, device)?;
+        let read = |t: Tensor<2>, what: &str| -> Result<Vec<f32>> {
+            t.into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .map_err(|e| {
+                    BackendError::Train(format!("fused critic: cannot read {what}: {e:?}"))
+                })
+        };
+        let (w_id, b_id) = (
+            model.head.score.weight.id,
+            model.head.score.bias.as_ref().map(|b| b.id),
+        );
+        let w = read(model.head.score.weight.val().inner(), "the value head")?;
+        let b = match &model.head.score.bias {
+            Some(b) => read(b.val().inner().reshape([1, 1]), "the value head's bias")?[0],
+            None => 0.0,
+        };
+        // v = h·w + b at each scored row.
+        let values: Vec<f32> = tape
+            .hidden_rows
+            .chunks_exact(h)
+            .map(|row| row.iter().zip(&w).map(|(x, w)| x * w).sum::<f32>() + b)
+            .collect();
+        let grid = fused::to_grid(&values, &chunk.seqs, chunk.width);
+        let leaf = Tensor::<2>::from_data(
+            TensorData::new(grid, [chunk.rows, chunk.width]),
+            &self.core.ad_device,
+        )
+        .require_grad();
+        let out = loss_of(leaf.clone())?;
+        let grads = out.loss.backward();
+        let dv = match leaf.grad(&grads) {
+            Some(g) => fused::from_grid(&read(g, "a value gradient")?, &chunk.seqs, chunk.width),
+            None => vec![0.0; values.len()],
+        };
+        // ∂/∂w = Σ_rows dv·h, ∂/∂b = Σ dv, ∂/∂h = dv·wᵀ.
+        let mut dw = vec![0.0f32; h];
+        let mut dh_rows = Vec::with_capacity(dv.len() * h);
+        for (row, &d) in tape.hidden_rows.chunks_exact(h).zip(&dv) {
+            for ((g, x), w) in dw.iter_mut().zip(row).zip(&w) {
+                *g += d * x;
+                dh_rows.push(d * w);
+            }
+        }
+        let mut sink = fused::GradSink::default();
+        sink.add_matrix(w_id, [h, 1], dw);
+        if let Some(id) = b_id {
+            let bias = fused::Vector {
+                id,
+                values: vec![b],
+                trains: true,
+            };
+            sink.add_vector(&bias, vec![dv.iter().sum()]);
+        }
+        fused::backward_from_hidden(weights, &packed, tape, &dh_rows, &mut sink, device)?;
+        Ok((sink.into_params(device), out))
     }
 
     /// Writes an atomic checkpoint (see [`super::Trainer::save_checkpoint`]).

@@ -309,20 +309,9 @@ impl Trainer {
     /// linear layers, not on the embedding or the LM head) and the config allows it,
     /// [`TrainKernels::Autodiff`] otherwise.
     pub fn kernels(&self) -> TrainKernels {
-        let lora_covered = self.core.config.lora.as_ref().is_none_or(|l| {
-            l.target_modules
-                .iter()
-                .all(|t| t != "lm_head" && t != "embed_tokens")
-        });
-        let covered = lora_covered
-            && self.core.device == Device::flex()
-            && self
-                .core
-                .module()
-                .is_ok_and(|m| !matches!(m, CausalLm::Qwen3Moe(_)));
-        match self.core.config.kernels {
-            TrainKernels::Auto if covered => TrainKernels::Auto,
-            _ => TrainKernels::Autodiff,
+        match self.core.module() {
+            Ok(m) => fused::kernels_for(&self.core.config, &self.core.device, m),
+            Err(_) => TrainKernels::Autodiff,
         }
     }
 
@@ -338,7 +327,7 @@ impl Trainer {
     ) -> Result<(GradientsParams, PolicyMetrics)> {
         let device = &self.core.device;
         let packed = fused::pack(&chunk.seqs);
-        let tape = fused::forward(weights, &packed, device)?;
+        let tape = fused::forward(weights, &packed, fused::Outputs::LogProbs, device)?;
         let leaf = |values: &[f32]| {
             let grid = fused::to_grid(values, &chunk.seqs, chunk.width);
             Tensor::<2>::from_data(

@@ -44,10 +44,33 @@ mod testing;
 mod weights;
 
 pub(crate) use grads::GradSink;
-pub(crate) use model::{Packed, backward, forward};
-pub(crate) use weights::{Weights, extract};
+pub(crate) use model::{Outputs, Packed, backward, backward_from_hidden, forward};
+pub(crate) use weights::{Vector, Weights, extract};
 
+use super::{TrainKernels, TrainerConfig};
+use crate::{CausalLm, Device};
 use roll_core::TrainSequence;
+
+/// The kernels a trainer with `config` runs for `model` on `device`: [`TrainKernels::Auto`] (this
+/// path) for a dense Qwen2/Qwen3 on the CPU (Flex) device — LoRA included unless it adapts the
+/// embedding or the LM head — when the config allows it, [`TrainKernels::Autodiff`] otherwise.
+pub(crate) fn kernels_for(
+    config: &TrainerConfig,
+    device: &Device,
+    model: &CausalLm,
+) -> TrainKernels {
+    let lora_covered = config.lora.as_ref().is_none_or(|l| {
+        l.target_modules
+            .iter()
+            .all(|t| t != "lm_head" && t != "embed_tokens")
+    });
+    let covered =
+        lora_covered && *device == Device::flex() && !matches!(model, CausalLm::Qwen3Moe(_));
+    match config.kernels {
+        TrainKernels::Auto if covered => TrainKernels::Auto,
+        _ => TrainKernels::Autodiff,
+    }
+}
 
 /// The micro-batch's sequences packed end to end, each scored over its response.
 pub(crate) fn pack(seqs: &[&TrainSequence]) -> Packed {

@@ -74,13 +74,24 @@ pub(crate) struct Tape {
     layers: Vec<LayerTape>,
     x_final: Vec<f32>,
     r_final: Vec<f32>,
-    hidden_rows: Vec<f32>,
+    /// The final norm's output at each scored row, `[rows, hidden]`: what the LM head (or a
+    /// critic's value head) reads.
+    pub hidden_rows: Vec<f32>,
     cos: Vec<f32>,
     sin: Vec<f32>,
-    /// `log p(target)` of each scored row.
+    /// `log p(target)` of each scored row (empty unless asked for).
     pub logprobs: Vec<f32>,
-    /// The entropy of each scored row's distribution.
+    /// The entropy of each scored row's distribution (empty unless asked for).
     pub entropy: Vec<f32>,
+}
+
+/// What the forward computes at the scored rows besides their hidden states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outputs {
+    /// The LM head's log-probs and entropies (an actor).
+    LogProbs,
+    /// Nothing more: a value head reads the hidden states (a critic).
+    Hidden,
 }
 
 /// The parts of a [`LayerTape`] as the decoder's hooks hand them over, one layer at a time.
@@ -216,7 +227,7 @@ impl Recorder for Keeper<'_> {
 ///
 /// # Errors
 /// [`BackendError::TokenOutOfVocab`] for a token outside the vocabulary; GEMM read-back failures.
-pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> {
+pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs, device: &Device) -> Result<Tape> {
     let (n, h) = (p.tokens.len(), w.hidden);
     let seqs: Vec<&[u32]> = p
         .seqs
@@ -238,9 +249,12 @@ pub(crate) fn forward(w: &Weights, p: &Packed, device: &Device) -> Result<Tape> 
             w.layers.len()
         )));
     }
-    let (logprobs, entropy) = w
-        .decoder
-        .logprobs_at(&x_final_t, n, &p.rows, &p.targets, true)?;
+    let (logprobs, entropy) = match outputs {
+        Outputs::LogProbs => w
+            .decoder
+            .logprobs_at(&x_final_t, n, &p.rows, &p.targets, true)?,
+        Outputs::Hidden => (Vec::new(), Vec::new()),
+    };
     let x_final = transpose(&x_final_t, h, n);
     let (hf, r_final) = norm::forward(&x_final, &w.final_norm.values, w.eps);
     let mut hidden_rows = Vec::with_capacity(p.rows.len() * h);
@@ -308,20 +322,11 @@ pub(crate) fn backward(
     sink: &mut GradSink,
     device: &Device,
 ) -> Result<()> {
-    let (n, h, d) = (p.tokens.len(), w.hidden, w.heads.dim);
-    let Tape {
-        layers,
-        x_final,
-        r_final,
-        hidden_rows,
-        cos,
-        sin,
-        ..
-    } = tape;
+    let h = w.hidden;
     let mut dw_head = w.head_trains.then(|| vec![0.0; w.vocab * h]);
     let dh_rows = head::backward(
         &w.head,
-        &hidden_rows,
+        &tape.hidden_rows,
         h,
         &p.targets,
         w.vocab,
@@ -335,6 +340,31 @@ pub(crate) fn backward(
         (None, Some(dw)) => sink.add_matrix(w.embed.id, [w.vocab, h], dw),
         (_, None) => {}
     }
+    backward_from_hidden(w, p, tape, &dh_rows, sink, device)
+}
+
+/// The backward from the gradient of the loss with respect to the final norm's output at the
+/// scored rows (`dh_rows`, `[rows, hidden]`): every trunk parameter's gradient, into `sink`.
+///
+/// # Errors
+/// GEMM read-back failures.
+pub(crate) fn backward_from_hidden(
+    w: &Weights,
+    p: &Packed,
+    tape: Tape,
+    dh_rows: &[f32],
+    sink: &mut GradSink,
+    device: &Device,
+) -> Result<()> {
+    let (n, h, d) = (p.tokens.len(), w.hidden, w.heads.dim);
+    let Tape {
+        layers,
+        x_final,
+        r_final,
+        cos,
+        sin,
+        ..
+    } = tape;
     let mut dhf = vec![0.0; n * h];
     for (i, &r) in p.rows.iter().enumerate() {
         mm::add_in_place(&mut dhf[r * h..(r + 1) * h], &dh_rows[i * h..(i + 1) * h]);
