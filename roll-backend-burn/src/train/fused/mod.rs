@@ -26,9 +26,12 @@
 //! `∂loss/∂H` per token, which the fused backward carries through the model. So every objective
 //! roll-algos has (PPO, GSPO, TIS, KL losses, ...) trains on this path unchanged.
 //!
-//! Which path trains is decided by the model and the device (see
-//! [`TrainKernels`](super::TrainKernels)): dense Qwen2/Qwen3 on the CPU (Flex) device, without
-//! LoRA, runs here; anything else (Qwen3-MoE, LoRA, a GPU device) runs on Burn's autodiff, which
+//! Which path trains is decided by the model and the device ([`kernels_for`]): a dense
+//! Qwen2/Qwen3 on the CPU (Flex) device runs here — the actor and the critic (whose value head
+//! reads [`Tape::hidden_rows`](model::Tape) and whose backward enters at
+//! [`backward_from_hidden`]), fully fine-tuned or with LoRA on the decoder layers (the forward
+//! reads the merged weight; the adapters get `dA = scale·dW·Bᵀ`, `dB = scale·Aᵀ·dW`); anything else
+//! (Qwen3-MoE, LoRA on the embedding or the LM head, a GPU device) runs on Burn's autodiff, which
 //! is also the reference the tests compare this path against.
 
 mod attention;
