@@ -44,7 +44,7 @@
 //! `weights.rs` builds the decoder's layout from a model and `cache.rs` is the paged cache.
 //!
 //! The trainer's forward on the CPU is this one: `forward_recorded` runs whole sequences through
-//! the layers with a [`Recorder`] (`record.rs`) that keeps what the training backward reads, so
+//! the layers with a recorder (`record.rs`) that keeps what the training backward reads, so
 //! the log-probs a training step computes are the bits the engine samples with.
 //!
 //! The final norm and the LM head run only on each input's last token: a prefill of a long prompt
