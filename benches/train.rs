@@ -11,6 +11,7 @@
 //! - `train_step_mixed`: 16 sequences of 16, 32, …, 256 tokens (2,176 in all) on the fused path,
 //!   **packed** end to end as the trainer does, and **padded** to 256 each (4,096 tokens, padding
 //!   masked out of the loss) as a padded batch would be; throughput counts the 2,176 real tokens;
+//! - `train_step_16x128_lora`: the same step with LoRA (rank 16 on every projection), both paths;
 //! - the peak resident memory of each model's fused train steps (printed: `VmHWM`, reset before
 //!   each model by writing `5` to `/proc/self/clear_refs`).
 //!
@@ -24,7 +25,7 @@ use common::bench_models;
 
 use burn::tensor::{Distribution, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use roll_backend_burn::train::{TrainKernels, Trainer, TrainerConfig};
+use roll_backend_burn::train::{LoraConfig, TrainKernels, Trainer, TrainerConfig};
 use roll_backend_burn::{CausalLm, Device, ScoringOptions, score};
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
@@ -179,6 +180,46 @@ fn bench(c: &mut Criterion) {
             if let Some(mib) = peak_rss_mib() {
                 println!("peak RSS, {path} train steps of {name}: {mib:.0} MiB");
             }
+        }
+    }
+    group.finish();
+
+    // LoRA (rank 16 on every projection of the decoder layers): the fused path computes each
+    // adapted weight's full gradient and projects it onto the adapters; autodiff differentiates
+    // through `W + scale·A·B`.
+    let mut group = c.benchmark_group("train_step_16x128_lora");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((SEQS * LEN) as u64));
+    for (name, model) in bench_models(&device) {
+        let b = batch(&model, &device);
+        for (path, kernels) in [
+            ("fused", TrainKernels::Auto),
+            ("autodiff", TrainKernels::Autodiff),
+        ] {
+            let config = TrainerConfig {
+                lr: 1e-6,
+                kernels,
+                lora: Some(LoraConfig {
+                    rank: 16,
+                    alpha: 32.0,
+                    target_modules: [
+                        "q_proj",
+                        "k_proj",
+                        "v_proj",
+                        "o_proj",
+                        "gate_proj",
+                        "up_proj",
+                        "down_proj",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                }),
+                ..TrainerConfig::default()
+            };
+            let mut trainer = Trainer::new(model.clone(), config, &device).expect("trainer");
+            group.bench_with_input(BenchmarkId::new(path, name), &b, |bench, b| {
+                bench.iter(|| trainer.step(b, &objective).expect("train step"))
+            });
         }
     }
     group.finish();

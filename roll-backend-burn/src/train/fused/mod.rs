@@ -30,7 +30,8 @@
 //! Qwen2/Qwen3 on the CPU (Flex) device runs here — the actor and the critic (whose value head
 //! reads [`Tape::hidden_rows`](model::Tape) and whose backward enters at
 //! [`backward_from_hidden`]), fully fine-tuned or with LoRA on the decoder layers (the forward
-//! reads the merged weight; the adapters get `dA = scale·dW·Bᵀ`, `dB = scale·Aᵀ·dW`); anything else
+//! reads the merged weight; the adapters get `dA = scale·Xᵀ·(dY·Bᵀ)`, `dB = scale·(X·A)ᵀ·dY`, i.e.
+//! `scale·dW·Bᵀ` and `scale·Aᵀ·dW` without forming `dW`); anything else
 //! (Qwen3-MoE, LoRA on the embedding or the LM head, a GPU device) runs on Burn's autodiff, which
 //! is also the reference the tests compare this path against.
 

@@ -291,19 +291,19 @@ fn linear_backward(
     }
     let [rows, cols] = [x_t.dims()[1], m.weight.dims()[1]];
     let dy = mm::tensor(dy, rows, cols, device);
-    // A frozen weight without an adapter needs no weight gradient at all.
-    if m.trains || m.adapter.is_some() {
-        let dims = m.weight.dims();
-        let dw = mm::mul(x_t, &dy)?;
-        if let Some(ad) = &m.adapter {
-            let dw = mm::tensor(dw.clone(), dims[0], dims[1], device);
-            let scaled = |g: Vec<f32>| g.into_iter().map(|v| v * ad.scale).collect();
-            sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul_t(&dw, &ad.b)?));
-            sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::t_mul(&ad.a, &dw)?));
-        }
-        if m.trains {
-            sink.add_matrix(m.id, dims, dw);
-        }
+    if let Some(ad) = &m.adapter {
+        // dA = s·Xᵀ·(dY·Bᵀ), dB = s·(X·A)ᵀ·dY: through the rank-r products, never the
+        // `[d_in, d_out]` gradient of the weight itself.
+        let r = ad.a.dims()[1];
+        let scaled = |g: Vec<f32>| g.into_iter().map(|v| v * ad.scale).collect();
+        let dy_b = mm::tensor(mm::mul_t(&dy, &ad.b)?, rows, r, device);
+        sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul(x_t, &dy_b)?));
+        let x_a = mm::tensor(mm::t_mul(x_t, &ad.a)?, rows, r, device);
+        sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::t_mul(&x_a, &dy)?));
+    }
+    // A frozen weight needs no gradient of its own.
+    if m.trains {
+        sink.add_matrix(m.id, m.weight.dims(), mm::mul(x_t, &dy)?);
     }
     mm::mul_t(&dy, &m.weight)
 }
