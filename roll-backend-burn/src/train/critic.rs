@@ -293,59 +293,38 @@ impl CriticTrainer {
         let h = weights.hidden;
         let packed = fused::pack(&chunk.seqs);
         let tape = fused::forward(weights, &packed, fused::Outputs::Hidden, device)?;
-        let read = |t: Tensor<2>, what: &str| -> Result<Vec<f32>> {
-            t.into_data()
-                .convert::<f32>()
-                .try_into_vec::<f32>()
-                .map_err(|e| {
-                    BackendError::Train(format!("fused critic: cannot read {what}: {e:?}"))
-                })
-        };
-        let (w_id, b_id) = (
-            model.head.score.weight.id,
-            model.head.score.bias.as_ref().map(|b| b.id),
-        );
-        let w = read(model.head.score.weight.val().inner(), "the value head")?;
-        let b = match &model.head.score.bias {
-            Some(b) => read(b.val().inner().reshape([1, 1]), "the value head's bias")?[0],
-            None => 0.0,
-        };
+        let w = fused::vector(&model.head.score.weight, "score.weight")?;
+        let bias = model
+            .head
+            .score
+            .bias
+            .as_ref()
+            .map(|b| fused::vector(b, "score.bias"))
+            .transpose()?;
+        let b = bias.as_ref().map_or(0.0, |b| b.values[0]);
         // v = h·w + b at each scored row.
         let values: Vec<f32> = tape
             .hidden_rows
             .chunks_exact(h)
-            .map(|row| row.iter().zip(&w).map(|(x, w)| x * w).sum::<f32>() + b)
+            .map(|row| row.iter().zip(&w.values).map(|(x, w)| x * w).sum::<f32>() + b)
             .collect();
-        let grid = fused::to_grid(&values, &chunk.seqs, chunk.width);
-        let leaf = Tensor::<2>::from_data(
-            TensorData::new(grid, [chunk.rows, chunk.width]),
-            &self.core.ad_device,
-        )
-        .require_grad();
+        let leaf = fused::leaf(&values, &chunk.seqs, chunk.width, &self.core.ad_device);
         let out = loss_of(leaf.clone())?;
         let grads = out.loss.backward();
-        let dv = match leaf.grad(&grads) {
-            Some(g) => fused::from_grid(&read(g, "a value gradient")?, &chunk.seqs, chunk.width),
-            None => vec![0.0; values.len()],
-        };
+        let dv = fused::leaf_grad(leaf.grad(&grads), &chunk.seqs, chunk.width)?;
         // ∂/∂w = Σ_rows dv·h, ∂/∂b = Σ dv, ∂/∂h = dv·wᵀ.
         let mut dw = vec![0.0f32; h];
         let mut dh_rows = Vec::with_capacity(dv.len() * h);
         for (row, &d) in tape.hidden_rows.chunks_exact(h).zip(&dv) {
-            for ((g, x), w) in dw.iter_mut().zip(row).zip(&w) {
+            for ((g, x), w) in dw.iter_mut().zip(row).zip(&w.values) {
                 *g += d * x;
                 dh_rows.push(d * w);
             }
         }
         let mut sink = fused::GradSink::default();
-        sink.add_matrix(w_id, [h, 1], dw);
-        if let Some(id) = b_id {
-            let bias = fused::Vector {
-                id,
-                values: vec![b],
-                trains: true,
-            };
-            sink.add_vector(&bias, vec![dv.iter().sum()]);
+        sink.add_matrix(w.id, [h, 1], dw);
+        if let Some(bias) = &bias {
+            sink.add_vector(bias, vec![dv.iter().sum()]);
         }
         fused::backward_from_hidden(weights, &packed, tape, &dh_rows, &mut sink, device)?;
         Ok((sink.into_params(device), out))

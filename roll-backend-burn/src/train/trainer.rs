@@ -13,7 +13,7 @@ use crate::models::token_logprobs_and_entropy;
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use roll_algos::loss::{LossAggregation, PolicyInputs, PolicyMetrics, policy_objective};
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use roll_core::{TrainBatch, TrainSequence};
@@ -328,14 +328,8 @@ impl Trainer {
         let device = &self.core.device;
         let packed = fused::pack(&chunk.seqs);
         let tape = fused::forward(weights, &packed, fused::Outputs::LogProbs, device)?;
-        let leaf = |values: &[f32]| {
-            let grid = fused::to_grid(values, &chunk.seqs, chunk.width);
-            Tensor::<2>::from_data(
-                TensorData::new(grid, [chunk.rows, chunk.width]),
-                &self.core.ad_device,
-            )
-            .require_grad()
-        };
+        let leaf =
+            |values: &[f32]| fused::leaf(values, &chunk.seqs, chunk.width, &self.core.ad_device);
         let logp = leaf(&tape.logprobs);
         let entropy = leaf(&tape.entropy);
         // `policy_inputs` detaches the entropy unless the bonus is on; its gradient is then None.
@@ -343,25 +337,8 @@ impl Trainer {
         let out = policy_objective(objective, inputs, &plan.denominators)
             .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
         let grads = out.loss.backward();
-        let read = |t: Option<Tensor<2>>| -> Result<Vec<f32>> {
-            match t {
-                Some(t) => {
-                    let grid = t
-                        .into_data()
-                        .convert::<f32>()
-                        .try_into_vec::<f32>()
-                        .map_err(|e| {
-                            BackendError::Train(format!(
-                                "fused path: cannot read a gradient: {e:?}"
-                            ))
-                        })?;
-                    Ok(fused::from_grid(&grid, &chunk.seqs, chunk.width))
-                }
-                None => Ok(vec![0.0; tape.logprobs.len()]),
-            }
-        };
-        let d_logp = read(logp.grad(&grads))?;
-        let d_entropy = read(entropy.grad(&grads))?;
+        let d_logp = fused::leaf_grad(logp.grad(&grads), &chunk.seqs, chunk.width)?;
+        let d_entropy = fused::leaf_grad(entropy.grad(&grads), &chunk.seqs, chunk.width)?;
         let mut sink = fused::GradSink::default();
         fused::backward(
             weights, &packed, tape, &d_logp, &d_entropy, &mut sink, device,

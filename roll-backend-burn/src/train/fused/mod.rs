@@ -49,10 +49,11 @@ mod weights;
 
 pub(crate) use grads::GradSink;
 pub(crate) use model::{Outputs, Packed, backward, backward_from_hidden, forward};
-pub(crate) use weights::{Vector, Weights, extract};
+pub(crate) use weights::{Weights, extract, vector};
 
 use super::{TrainKernels, TrainerConfig};
-use crate::{CausalLm, Device};
+use crate::{BackendError, CausalLm, Device, Result};
+use burn::tensor::{Tensor, TensorData};
 use roll_core::TrainSequence;
 
 /// The kernels a trainer with `config` runs for `model` on `device`: [`TrainKernels::Auto`] (this
@@ -86,9 +87,14 @@ pub(crate) fn pack(seqs: &[&TrainSequence]) -> Packed {
     packed
 }
 
-/// Per-response-token values (in [`pack`]'s row order) laid out as a `[rows, width]` grid,
-/// zero in padding.
-pub(crate) fn to_grid(values: &[f32], seqs: &[&TrainSequence], width: usize) -> Vec<f32> {
+/// Per-response-token values (in [`pack`]'s row order) as a `[rows, width]` leaf on `device`
+/// (zero in padding) that records its gradient: what the objective on Burn runs over.
+pub(crate) fn leaf(
+    values: &[f32],
+    seqs: &[&TrainSequence],
+    width: usize,
+    device: &Device,
+) -> Tensor<2> {
     let mut grid = vec![0.0; seqs.len() * width];
     let mut at = 0;
     for (r, s) in seqs.iter().enumerate() {
@@ -96,14 +102,31 @@ pub(crate) fn to_grid(values: &[f32], seqs: &[&TrainSequence], width: usize) -> 
         grid[r * width..r * width + n].copy_from_slice(&values[at..at + n]);
         at += n;
     }
-    grid
+    Tensor::<2>::from_data(TensorData::new(grid, [seqs.len(), width]), device).require_grad()
 }
 
-/// The inverse of [`to_grid`].
-pub(crate) fn from_grid(grid: &[f32], seqs: &[&TrainSequence], width: usize) -> Vec<f32> {
-    let mut values = Vec::with_capacity(grid.len());
+/// The gradient of a [`leaf`] (`leaf.grad(..)`) back per response token, in [`pack`]'s row order;
+/// zeros when it has none (the leaf did not reach the loss).
+///
+/// # Errors
+/// [`BackendError::Train`] if the gradient cannot be read as f32.
+pub(crate) fn leaf_grad(
+    grad: Option<Tensor<2>>,
+    seqs: &[&TrainSequence],
+    width: usize,
+) -> Result<Vec<f32>> {
+    let tokens: usize = seqs.iter().map(|s| s.response_ids.len()).sum();
+    let Some(grad) = grad else {
+        return Ok(vec![0.0; tokens]);
+    };
+    let grid = grad
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| BackendError::Train(format!("fused path: cannot read a gradient: {e:?}")))?;
+    let mut values = Vec::with_capacity(tokens);
     for (r, s) in seqs.iter().enumerate() {
         values.extend_from_slice(&grid[r * width..r * width + s.response_ids.len()]);
     }
-    values
+    Ok(values)
 }

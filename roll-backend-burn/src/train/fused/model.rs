@@ -50,9 +50,18 @@ impl Packed {
 /// Inputs of linear layers are kept transposed (`…_t`, `[features, tokens]`, as the decoder's
 /// GEMMs read them) in the tensors the weight gradients `Xᵀ·dY` multiply; the rest per token.
 struct LayerTape {
+    rows: TokenRows,
+    h1_t: Tensor<2>,
+    attn_t: Tensor<2>,
+    h2_t: Tensor<2>,
+    act_t: Tensor<2>,
+}
+
+/// A layer's per-token activations (token-major), filled hook by hook as the decoder runs.
+#[derive(Default)]
+struct TokenRows {
     x: Vec<f32>,
     r1: Vec<f32>,
-    h1_t: Tensor<2>,
     /// Queries and keys before the QK-norm, with its reciprocal roots (Qwen3).
     qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
     /// Queries and keys as attention read them (normed, rotated).
@@ -60,13 +69,10 @@ struct LayerTape {
     k: Vec<f32>,
     v: Vec<f32>,
     probs: Vec<Probs>,
-    attn_t: Tensor<2>,
     xm: Vec<f32>,
     r2: Vec<f32>,
-    h2_t: Tensor<2>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    act_t: Tensor<2>,
 }
 
 /// A forward's saved activations and its outputs.
@@ -94,29 +100,16 @@ pub(crate) enum Outputs {
     Hidden,
 }
 
-/// The parts of a [`LayerTape`] as the decoder's hooks hand them over, one layer at a time.
-#[derive(Default)]
-struct LayerParts {
-    x: Vec<f32>,
-    r1: Vec<f32>,
-    h1_t: Option<Tensor<2>>,
-    qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    probs: Vec<Probs>,
-    attn_t: Option<Tensor<2>>,
-    xm: Vec<f32>,
-    r2: Vec<f32>,
-    h2_t: Option<Tensor<2>>,
-}
-
 /// The [`Recorder`] of the training forward: keeps, in the backward's layouts, what it reads.
 struct Keeper<'a> {
     w: &'a Weights,
     tokens: usize,
     device: &'a Device,
-    layer: LayerParts,
+    /// The current layer's per-token activations and GEMM inputs, until its last hook.
+    rows: TokenRows,
+    h1_t: Option<Tensor<2>>,
+    attn_t: Option<Tensor<2>>,
+    h2_t: Option<Tensor<2>>,
     layers: Vec<LayerTape>,
 }
 
@@ -147,9 +140,9 @@ impl Recorder for Keeper<'_> {
     const KEEPS_PROBS: bool = true;
 
     fn attention_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
-        self.layer.x = transpose(x_t, self.w.hidden, self.tokens);
-        self.layer.r1 = inv_rms.to_vec();
-        self.layer.h1_t = Some(self.tensor_t(normed_t));
+        self.rows.x = transpose(x_t, self.w.hidden, self.tokens);
+        self.rows.r1 = inv_rms.to_vec();
+        self.h1_t = Some(self.tensor_t(normed_t));
     }
 
     fn qkv_projected(&mut self, qkv: &[f32]) {
@@ -157,68 +150,48 @@ impl Recorder for Keeper<'_> {
         if let Some((qn, kn)) = &l.qk_norm {
             let [q, k, _] = self.split_qkv(qkv);
             // The backward needs only the reciprocal roots of the QK-norm's forward.
-            let (_, rq) = norm::forward(&q, &qn.values, self.w.eps);
-            let (_, rk) = norm::forward(&k, &kn.values, self.w.eps);
-            self.layer.qk_pre = Some([(q, rq), (k, rk)]);
+            let rq = norm::roots(&q, qn.values.len(), self.w.eps);
+            let rk = norm::roots(&k, kn.values.len(), self.w.eps);
+            self.rows.qk_pre = Some([(q, rq), (k, rk)]);
         }
     }
 
     fn qkv_rotated(&mut self, qkv: &[f32]) {
         let [q, k, v] = self.split_qkv(qkv);
-        (self.layer.q, self.layer.k, self.layer.v) = (q, k, v);
+        (self.rows.q, self.rows.k, self.rows.v) = (q, k, v);
     }
 
     fn attention(&mut self, probs: Vec<Vec<f32>>, out_t: &[f32]) {
-        self.layer.probs = probs;
-        self.layer.attn_t = Some(self.tensor_t(out_t));
+        self.rows.probs = probs;
+        self.attn_t = Some(self.tensor_t(out_t));
     }
 
     fn mlp_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
-        self.layer.xm = transpose(x_t, self.w.hidden, self.tokens);
-        self.layer.r2 = inv_rms.to_vec();
-        self.layer.h2_t = Some(self.tensor_t(normed_t));
+        self.rows.xm = transpose(x_t, self.w.hidden, self.tokens);
+        self.rows.r2 = inv_rms.to_vec();
+        self.h2_t = Some(self.tensor_t(normed_t));
     }
 
     fn mlp_hidden(&mut self, gate_up_t: &[f32], act_t: &[f32]) {
         let inter = act_t.len() / self.tokens.max(1);
         let (gate_t, up_t) = gate_up_t.split_at(gate_up_t.len() / 2);
+        self.rows.gate = transpose(gate_t, inter, self.tokens);
+        self.rows.up = transpose(up_t, inter, self.tokens);
         let act_t = self.tensor_t(act_t);
-        let LayerParts {
-            x,
-            r1,
-            h1_t,
-            qk_pre,
-            q,
-            k,
-            v,
-            probs,
-            attn_t,
-            xm,
-            r2,
-            h2_t,
-        } = std::mem::take(&mut self.layer);
+        let rows = std::mem::take(&mut self.rows);
         // The decoder calls every hook of a layer before this one; `forward` checks that every
         // layer arrived.
-        let (Some(h1_t), Some(attn_t), Some(h2_t)) = (h1_t, attn_t, h2_t) else {
-            return;
-        };
-        self.layers.push(LayerTape {
-            x,
-            r1,
-            h1_t,
-            qk_pre,
-            q,
-            k,
-            v,
-            probs,
-            attn_t,
-            xm,
-            r2,
-            h2_t,
-            gate: transpose(gate_t, inter, self.tokens),
-            up: transpose(up_t, inter, self.tokens),
-            act_t,
-        });
+        if let (Some(h1_t), Some(attn_t), Some(h2_t)) =
+            (self.h1_t.take(), self.attn_t.take(), self.h2_t.take())
+        {
+            self.layers.push(LayerTape {
+                rows,
+                h1_t,
+                attn_t,
+                h2_t,
+                act_t,
+            });
+        }
     }
 }
 
@@ -238,7 +211,10 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs, device: &Device
         w,
         tokens: n,
         device,
-        layer: LayerParts::default(),
+        rows: TokenRows::default(),
+        h1_t: None,
+        attn_t: None,
+        h2_t: None,
         layers: Vec::with_capacity(w.layers.len()),
     };
     let x_final_t = w.decoder.forward_recorded(&seqs, &mut keeper)?;
@@ -375,23 +351,30 @@ pub(crate) fn backward_from_hidden(
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
         let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink, device)?;
-        let (d_gate, d_up) = swiglu::backward(&t.gate, &t.up, &d_act);
+        let (d_gate, d_up) = swiglu::backward(&t.rows.gate, &t.rows.up, &d_act);
         let mut dh2 = linear_backward(&t.h2_t, d_gate, &l.gate, sink, device)?;
         mm::add_in_place(
             &mut dh2,
             &linear_backward(&t.h2_t, d_up, &l.up, sink, device)?,
         );
         let mut dg2 = vec![0.0; h];
-        let mut dxm = norm::backward(&t.xm, &t.r2, &l.post_norm.values, &dh2, &mut dg2);
+        let mut dxm = norm::backward(&t.rows.xm, &t.rows.r2, &l.post_norm.values, &dh2, &mut dg2);
         sink.add_vector(&l.post_norm, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
         let d_attn = linear_backward(&t.attn_t, dxm.clone(), &l.o, sink, device)?;
-        let (mut dq, mut dk, dv) =
-            attention::backward(&t.q, &t.k, &t.v, &t.probs, &d_attn, &p.seqs, w.heads);
+        let (mut dq, mut dk, dv) = attention::backward(
+            &t.rows.q,
+            &t.rows.k,
+            &t.rows.v,
+            &t.rows.probs,
+            &d_attn,
+            &p.seqs,
+            w.heads,
+        );
         rope::rotate(&mut dq, &p.positions, d, &cos, &sin, true);
         rope::rotate(&mut dk, &p.positions, d, &cos, &sin, true);
-        if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.qk_pre) {
+        if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.rows.qk_pre) {
             let mut dgq = vec![0.0; d];
             dq = norm::backward(q_pre, rq, &qn.values, &dq, &mut dgq);
             sink.add_vector(qn, dgq);
@@ -403,7 +386,7 @@ pub(crate) fn backward_from_hidden(
         mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink, device)?);
         mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink, device)?);
         let mut dg1 = vec![0.0; h];
-        dx = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
+        dx = norm::backward(&t.rows.x, &t.rows.r1, &l.input_norm.values, &dh1, &mut dg1);
         sink.add_vector(&l.input_norm, dg1);
         mm::add_in_place(&mut dx, &dxm);
     }

@@ -8,6 +8,18 @@ use rayon::prelude::*;
 /// Rows per rayon task of the row-wise kernels.
 const ROWS_PER_TASK: usize = 16;
 
+/// The reciprocal root `(mean(x²) + ε)^(-1/2)` of one row.
+fn root(x: &[f32], eps: f32) -> f32 {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    (ms + eps).sqrt().recip()
+}
+
+/// The reciprocal roots of every row of `x` (`[rows, width]`): all the backward needs of a
+/// norm whose output it does not read.
+pub(crate) fn roots(x: &[f32], width: usize, eps: f32) -> Vec<f32> {
+    x.par_chunks(width).map(|row| root(row, eps)).collect()
+}
+
 /// Normalises each row of `x` (`[rows, g.len()]`): returns `(y, r)`.
 pub(crate) fn forward(x: &[f32], g: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
     let n = g.len();
@@ -23,8 +35,7 @@ pub(crate) fn forward(x: &[f32], g: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
                 .zip(r.iter_mut())
                 .zip(x.chunks_exact(n))
             {
-                let ms = x.iter().map(|v| v * v).sum::<f32>() / n as f32;
-                *r = (ms + eps).sqrt().recip();
+                *r = root(x, eps);
                 for ((y, &x), &g) in y.iter_mut().zip(x).zip(g) {
                     *y = g * (x * *r);
                 }

@@ -82,7 +82,8 @@ pub(crate) struct Weights {
     pub decoder: CpuDecoder,
 }
 
-fn vector<const D: usize>(p: &Param<Tensor<D>>, name: &str) -> Result<Vector> {
+/// A parameter's values (flattened), id and whether it trains.
+pub(crate) fn vector<const D: usize>(p: &Param<Tensor<D>>, name: &str) -> Result<Vector> {
     let values = p
         .val()
         .inner()
