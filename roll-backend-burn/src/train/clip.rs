@@ -73,17 +73,23 @@ pub fn clip_grad_norm<M: Module>(
     max_norm: f32,
 ) -> Result<f64> {
     let norm = global_grad_norm(module, grads)?;
-    if !norm.is_finite() {
-        return Ok(norm);
-    }
-    let coef = f64::from(max_norm) / (norm + 1e-6);
-    if coef < 1.0 {
-        module.visit(&mut Scale {
-            grads,
-            factor: coef as f32,
-        });
+    let factor = clip_coefficient(norm, max_norm);
+    if factor != 1.0 {
+        module.visit(&mut Scale { grads, factor });
     }
     Ok(norm)
+}
+
+/// What `torch.nn.utils.clip_grad_norm_` multiplies every gradient by for a global norm `norm`:
+/// `max_norm / (norm + 1e-6)` when that is below 1, else 1 (also 1 for a non-finite norm, whose
+/// update the caller skips).
+pub(crate) fn clip_coefficient(norm: f64, max_norm: f32) -> f32 {
+    let coef = f64::from(max_norm) / (norm + 1e-6);
+    if norm.is_finite() && coef < 1.0 {
+        coef as f32
+    } else {
+        1.0
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,15 @@
 //! What the actor and critic trainers share: micro-batch planning, the padded response-token
 //! tensors of a micro-batch, the optimiser core (clip → schedule → AdamW) and the step report.
 
-use super::clip::{clip_grad_norm, global_grad_norm};
+use super::adamw::{FusedAdamW, GradScale};
+use super::clip::{clip_coefficient, global_grad_norm};
 use super::config::TrainerConfig;
 use super::lora::TrainerRng;
 use super::schedule::lr_at;
 use crate::models::{PaddingSide, TokenBatch};
 use crate::{BackendError, Result};
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsParams, ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use roll_algos::loss::Denominators;
 use roll_core::{TrainBatch, TrainSequence};
@@ -306,17 +307,6 @@ pub(crate) fn materialize_params<M: Module>(module: &M) {
     module.visit(&mut Materialize);
 }
 
-/// The AdamW of a config (PyTorch semantics: decoupled decay `p ← p·(1 − lr·wd)`, bias-corrected
-/// moments, `ε` added to `sqrt(v̂)`), without Burn's per-parameter clipping.
-pub(crate) fn adamw(config: &TrainerConfig) -> ModuleOptimizer {
-    AdamWConfig::new()
-        .with_beta_1(config.betas.0)
-        .with_beta_2(config.betas.1)
-        .with_epsilon(config.eps)
-        .with_weight_decay(config.weight_decay)
-        .init()
-}
-
 /// What an update did.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Applied {
@@ -329,7 +319,10 @@ pub(crate) struct Applied {
 pub(crate) struct Core<M: Module> {
     /// `None` only if an optimiser step panicked half-way.
     module: Option<M>,
-    pub optim: ModuleOptimizer,
+    /// [`FusedAdamW`] (PyTorch's AdamW semantics) as a whole-module optimiser.
+    optim: ModuleOptimizer,
+    /// The clip coefficient `optim` applies in its pass.
+    grad_scale: GradScale,
     pub config: TrainerConfig,
     pub step: u64,
     pub rng: TrainerRng,
@@ -342,9 +335,11 @@ pub(crate) struct Core<M: Module> {
 impl<M: Module> Core<M> {
     pub(crate) fn new(module: M, config: TrainerConfig, rng: TrainerRng, device: &Device) -> Self {
         let device = device.clone().inner();
+        let grad_scale = GradScale::new();
         Self {
             module: Some(module),
-            optim: adamw(&config),
+            optim: FusedAdamW::module_optimizer(&config, grad_scale.clone()),
+            grad_scale,
             config,
             step: 0,
             rng,
@@ -365,15 +360,27 @@ impl<M: Module> Core<M> {
         self.module = Some(module);
     }
 
-    /// Global-norm clipping, then one AdamW update at the scheduled learning rate. A non-finite
-    /// gradient norm skips the update.
-    pub(crate) fn apply(&mut self, mut grads: GradientsParams) -> Result<Applied> {
+    /// The optimiser's state (moments and step counts per parameter), for a checkpoint.
+    pub(crate) fn optimizer(&self) -> &ModuleOptimizer {
+        &self.optim
+    }
+
+    /// Resumes the optimiser's state from a checkpoint.
+    pub(crate) fn load_optimizer(&mut self, record: OptimizerRecord) {
+        self.optim =
+            FusedAdamW::module_optimizer(&self.config, self.grad_scale.clone()).load_record(record);
+    }
+
+    /// Global-norm clipping, then one AdamW update at the scheduled learning rate, the clip
+    /// coefficient applied inside the update's pass. A non-finite gradient norm skips the update.
+    pub(crate) fn apply(&mut self, grads: GradientsParams) -> Result<Applied> {
         let lr = lr_at(&self.config, self.step);
-        let module = self.module()?;
-        let grad_norm = match self.config.max_grad_norm {
-            Some(max) => clip_grad_norm(module, &mut grads, max)?,
-            None => global_grad_norm(module, &grads)?,
-        };
+        let grad_norm = global_grad_norm(self.module()?, &grads)?;
+        self.grad_scale.set(
+            self.config
+                .max_grad_norm
+                .map_or(1.0, |max| clip_coefficient(grad_norm, max)),
+        );
         if !grad_norm.is_finite() {
             return Ok(Applied {
                 grad_norm,
@@ -488,7 +495,7 @@ mod tests {
             weight_decay: 0.1,
             ..TrainerConfig::default()
         };
-        let mut optim = adamw(&cfg);
+        let mut optim = FusedAdamW::module_optimizer(&cfg, GradScale::new());
         let mut m = Scalar {
             p: Param::from_tensor(Tensor::from_floats([1.0], &dev)),
         };

@@ -344,7 +344,7 @@ impl CriticTrainer {
             self.core.config.clone(),
             model.trunk.hf_config(),
         );
-        checkpoint::save(dir.as_ref(), model, &self.core.optim, &meta)
+        checkpoint::save(dir.as_ref(), model, self.core.optimizer(), &meta)
     }
 
     /// Restores a critic saved by [`CriticTrainer::save_checkpoint`], with its weight version.
@@ -367,7 +367,7 @@ impl CriticTrainer {
         let model = trainer.core.module()?.clone();
         let model = checkpoint::apply_record(model, loaded.model, false, &loaded.file)?;
         trainer.core.set_module(model);
-        trainer.core.optim = super::core::adamw(&trainer.core.config).load_record(loaded.optimizer);
+        trainer.core.load_optimizer(loaded.optimizer);
         trainer.core.step = loaded.meta.step;
         trainer.core.rng = loaded.meta.rng;
         Ok((trainer, loaded.meta.weight_version))

@@ -45,6 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod adamw;
 mod checkpoint;
 mod clip;
 mod config;

@@ -373,7 +373,7 @@ impl Trainer {
             self.core.config.clone(),
             model.hf_config(),
         );
-        checkpoint::save(dir.as_ref(), model, &self.core.optim, &meta)
+        checkpoint::save(dir.as_ref(), model, self.core.optimizer(), &meta)
     }
 
     /// Restores a trainer saved by [`Trainer::save_checkpoint`] on `device`, with the weight
@@ -397,7 +397,7 @@ impl Trainer {
             let adapted = checkpoint::apply_record(adapted, loaded.model, false, &loaded.file)?;
             trainer.core.set_module(adapted);
         }
-        trainer.core.optim = super::core::adamw(&trainer.core.config).load_record(loaded.optimizer);
+        trainer.core.load_optimizer(loaded.optimizer);
         trainer.core.step = loaded.meta.step;
         trainer.core.rng = loaded.meta.rng;
         Ok((trainer, loaded.meta.weight_version))
