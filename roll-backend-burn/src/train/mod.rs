@@ -6,8 +6,9 @@
 //! - A step packs the batch into micro-batches ([`TrainerConfig::micro_batch_tokens`],
 //!   `micro_batch_size`), computes each micro-batch's loss with the **whole batch's**
 //!   denominators and sums the gradients, so the result does not depend on the split; then it
-//!   clips the global gradient norm ([`clip_grad_norm`], as `torch.nn.utils.clip_grad_norm_`) and
-//!   applies AdamW with PyTorch's semantics and defaults at the learning rate of [`lr_at`].
+//!   clips the global gradient norm (as [`clip_grad_norm`] and `torch.nn.utils.clip_grad_norm_`)
+//!   and applies AdamW with PyTorch's semantics and defaults at the learning rate of [`lr_at`] —
+//!   the clip and the update in one pass over each parameter (bit-for-bit Burn's `AdamW`).
 //! - LoRA ([`LoraConfig`]) attaches adapters to named linear layers with Burn's parameter
 //!   reparameterisation; the frozen base is the reference policy, and
 //!   [`Trainer::inference_model`] merges the adapters for the inference engine.
