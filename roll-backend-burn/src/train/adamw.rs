@@ -208,15 +208,10 @@ impl Optimizer for FusedAdamW {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use burn::module::{Module, Param};
+    use crate::train::clip::TwoParams as Two;
+    use burn::module::Param;
     use burn::optim::{AdamWConfig, GradientsParams};
     use burn::tensor::Distribution;
-
-    #[derive(Module, Debug)]
-    struct Two {
-        a: Param<Tensor<1>>,
-        b: Param<Tensor<2>>,
-    }
 
     fn bits(m: &Two) -> Vec<u32> {
         let a: Vec<f32> = m.a.val().into_data().try_to_vec().unwrap();

@@ -92,18 +92,20 @@ pub(crate) fn clip_coefficient(norm: f64, max_norm: f32) -> f32 {
     }
 }
 
+/// A module of two parameters (ranks 1 and 2): what the clipping and optimiser tests update.
+#[cfg(test)]
+#[derive(Module, Debug)]
+pub(crate) struct TwoParams {
+    pub a: Param<Tensor<1>>,
+    pub b: Param<Tensor<2>>,
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::TwoParams as Two;
     use super::*;
-    use burn::module::Module;
     use burn::tensor::Device;
-
-    #[derive(Module, Debug)]
-    struct Two {
-        a: Param<Tensor<1>>,
-        b: Param<Tensor<2>>,
-    }
 
     fn setup() -> (Two, GradientsParams) {
         let dev = Device::flex().autodiff();
