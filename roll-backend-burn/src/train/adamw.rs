@@ -278,4 +278,39 @@ mod tests {
             }
         }
     }
+
+    /// A state Burn's `AdamW` recorded (what checkpoints written before this optimiser hold)
+    /// resumes in the fused one: the next update is the bits Burn's own next update gives.
+    #[test]
+    fn a_state_recorded_by_burns_adamw_resumes_bit_for_bit() {
+        let dev = Device::flex().autodiff();
+        let config = TrainerConfig::default();
+        let target = Tensor::<2>::random([4, 3], Distribution::Default, &dev);
+        let grads_of = |m: &Two| {
+            let loss = m.a.val().powf_scalar(2.0).sum()
+                + (m.b.val() - target.clone()).powf_scalar(2.0).sum();
+            GradientsParams::from_grads(loss.backward(), m)
+        };
+        let mut m = Two {
+            a: Param::from_tensor(Tensor::from_floats([0.5, -1.5], &dev)),
+            b: Param::from_tensor(Tensor::random([4, 3], Distribution::Default, &dev)),
+        };
+        let mut burn = AdamWConfig::new()
+            .with_beta_1(config.betas.0)
+            .with_beta_2(config.betas.1)
+            .with_epsilon(config.eps)
+            .with_weight_decay(config.weight_decay)
+            .init();
+        for _ in 0..2 {
+            let grads = grads_of(&m);
+            m = burn.step(1e-2, m, grads);
+        }
+        let mut resumed =
+            FusedAdamW::module_optimizer(&config, GradScale::new()).load_record(burn.to_record());
+        let grads = grads_of(&m);
+        let ours = resumed.step(1e-2, m.clone(), grads);
+        let grads = grads_of(&m);
+        let theirs = burn.step(1e-2, m, grads);
+        assert_eq!(bits(&ours), bits(&theirs));
+    }
 }
