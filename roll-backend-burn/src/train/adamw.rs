@@ -213,6 +213,16 @@ mod tests {
     use burn::optim::{AdamWConfig, GradientsParams};
     use burn::tensor::Distribution;
 
+    /// Burn's own AdamW with `config`'s hyper-parameters: the reference the fused one must equal.
+    fn burns_adamw(config: &TrainerConfig) -> ModuleOptimizer {
+        AdamWConfig::new()
+            .with_beta_1(config.betas.0)
+            .with_beta_2(config.betas.1)
+            .with_epsilon(config.eps)
+            .with_weight_decay(config.weight_decay)
+            .init()
+    }
+
     fn bits(m: &Two) -> Vec<u32> {
         let a: Vec<f32> = m.a.val().into_data().try_to_vec().unwrap();
         let b: Vec<f32> = m.b.val().into_data().try_to_vec().unwrap();
@@ -244,12 +254,7 @@ mod tests {
             assert_eq!(bits(&ours), bits(&theirs));
             let scale = GradScale::new();
             let mut fused = FusedAdamW::module_optimizer(&config, scale.clone());
-            let mut burn = AdamWConfig::new()
-                .with_beta_1(config.betas.0)
-                .with_beta_2(config.betas.1)
-                .with_epsilon(config.eps)
-                .with_weight_decay(config.weight_decay)
-                .init();
+            let mut burn = burns_adamw(&config);
             for (step, factor) in [1.0f32, 0.37, 1.0, 0.5, 0.9].into_iter().enumerate() {
                 let target = Tensor::<2>::random(ours.b.dims(), Distribution::Default, &dev);
                 let grads_of = |m: &Two| {
@@ -295,12 +300,7 @@ mod tests {
             a: Param::from_tensor(Tensor::from_floats([0.5, -1.5], &dev)),
             b: Param::from_tensor(Tensor::random([4, 3], Distribution::Default, &dev)),
         };
-        let mut burn = AdamWConfig::new()
-            .with_beta_1(config.betas.0)
-            .with_beta_2(config.betas.1)
-            .with_epsilon(config.eps)
-            .with_weight_decay(config.weight_decay)
-            .init();
+        let mut burn = burns_adamw(&config);
         for _ in 0..2 {
             let grads = grads_of(&m);
             m = burn.step(1e-2, m, grads);
