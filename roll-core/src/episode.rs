@@ -106,7 +106,9 @@ impl EpisodeIds {
 }
 
 /// Plays one episode of `env` with `policy` and returns the trajectory: the reward is the sum of
-/// step rewards, `info` holds `episode_end`, `episode_score` (that sum) and `turns`.
+/// step rewards, `info` holds `episode_end`, `episode_score` (that sum), `turns`, and `success`
+/// when the environment reports one (the `success` info of its last step, as ROLL's
+/// environments do).
 ///
 /// # Errors
 /// If the environment fails, the policy fails, or the tokenizer cannot render the conversation.
@@ -120,13 +122,8 @@ pub async fn play_episode(
     abort: &AbortSignal,
 ) -> Result<Trajectory> {
     let first = env.reset(ids.seed)?;
-    let mut messages = Vec::new();
-    if let Some(system) = &config.system_prompt {
-        messages.push(ChatMessage::new(Role::System, system.clone()));
-    }
-    messages.push(ChatMessage::new(Role::User, first.text.clone()));
-    let mut rendered = tokenizer.render_chat(&messages, true)?;
-    let prompt_ids = tokenizer.encode(&rendered)?;
+    let (mut transcript, prompt_ids) =
+        Transcript::start(tokenizer, config.system_prompt.as_deref(), &first.text)?;
     let prompt = Arc::new(Prompt::new(
         PromptId(ids.seed),
         first.text.clone(),
@@ -136,6 +133,7 @@ pub async fn play_episode(
     let mut state_key = hash_text(&first.text);
     let mut total = 0.0f32;
     let mut end = EpisodeEnd::Truncated;
+    let mut succeeded = None;
     for turn in 0..config.max_turns {
         let used = traj.prompt_ids.len() + traj.response().len();
         let room = config.max_context_tokens.saturating_sub(used);
@@ -175,6 +173,9 @@ pub async fn play_episode(
         let generated_text = tokenizer.decode(&generation.token_ids)?;
         let step = env.step(&action)?;
         total += step.reward;
+        if let Some(success) = step.info.get("success").and_then(serde_json::Value::as_bool) {
+            succeeded = Some(success);
+        }
         let record = traj.push_turn(
             &generation.token_ids,
             &generation.logprobs,
@@ -193,18 +194,7 @@ pub async fn play_episode(
             };
             break;
         }
-        // Glue: close the assistant message as the template would, then the next observation.
-        messages.push(ChatMessage::new(Role::Assistant, action.clone()));
-        let with_assistant = tokenizer.render_chat(&messages, false)?;
-        messages.push(ChatMessage::new(Role::User, step.observation.clone()));
-        let with_user = tokenizer.render_chat(&messages, true)?;
-        let assistant_part = suffix_after(&with_assistant, &rendered, "assistant message")?;
-        let closing = assistant_part
-            .strip_prefix(generated_text.as_str())
-            .or_else(|| assistant_part.strip_prefix(action.as_str()))
-            .unwrap_or("");
-        let user_part = suffix_after(&with_user, &with_assistant, "observation")?;
-        let glue = tokenizer.encode(&format!("{closing}{user_part}"))?;
+        let glue = transcript.next_turn(&action, &generated_text, &step.observation)?;
         let used = traj.prompt_ids.len() + traj.response().len();
         if used + glue.len() >= config.max_context_tokens {
             // The next observation leaves no room for an answer: the episode ends here, and
@@ -213,17 +203,94 @@ pub async fn play_episode(
             break;
         }
         traj.push_context(&glue);
-        rendered = with_user;
     }
     traj.reward = Some(crate::Reward::new(total).with_score(total));
     traj.info.insert("episode_end".into(), end.as_str().into());
     traj.info
         .insert("episode_score".into(), f64::from(total).into());
     traj.info.insert("turns".into(), traj.turns().len().into());
+    if let Some(success) = succeeded {
+        traj.info.insert("success".into(), success.into());
+    }
     if end == EpisodeEnd::Aborted {
         traj.finish_reason = FinishReason::Abort;
     }
     Ok(traj)
+}
+
+/// A conversation as the token stream a policy sees, built one message at a time: the prompt
+/// (system message and first user message with the generation prompt), then after each
+/// assistant turn the *glue* — the template's closing of the assistant message and the next
+/// user message with its generation prompt.
+///
+/// Glue is the difference between renderings of the conversation before and after each message,
+/// so any chat template whose renderings extend each other (ChatML, Llama 3, plain
+/// concatenation, ...) works without template-specific code. [`play_episode`] and multi-turn
+/// SFT ([`SftExample::Conversation`](crate::pipeline::SftExample)) both build their sequences
+/// here, which is what makes a warm start's tokens the same as the episodes RL later plays.
+pub struct Transcript<'t> {
+    tokenizer: &'t dyn Tokenizer,
+    messages: Vec<ChatMessage>,
+    rendered: String,
+}
+
+impl<'t> Transcript<'t> {
+    /// A conversation opened by an optional system message and the first user message; returns
+    /// it with the prompt's tokens (the rendering with the generation prompt).
+    ///
+    /// # Errors
+    /// If the template cannot render the messages or the tokenizer cannot encode them.
+    pub fn start(
+        tokenizer: &'t dyn Tokenizer,
+        system: Option<&str>,
+        first: &str,
+    ) -> Result<(Self, Vec<u32>)> {
+        let mut messages = Vec::with_capacity(2);
+        if let Some(system) = system {
+            messages.push(ChatMessage::new(Role::System, system));
+        }
+        messages.push(ChatMessage::new(Role::User, first));
+        let rendered = tokenizer.render_chat(&messages, true)?;
+        let prompt_ids = tokenizer.encode(&rendered)?;
+        Ok((
+            Self {
+                tokenizer,
+                messages,
+                rendered,
+            },
+            prompt_ids,
+        ))
+    }
+
+    /// The tokens between an assistant turn and the next one: the assistant said `action` (its
+    /// tokens decoded to `generated_text`, which may end in a stop token the template also
+    /// writes), then the user (the environment) answered `observation`.
+    ///
+    /// # Errors
+    /// If a rendering does not extend the previous one (a template that rewrites history), or
+    /// the tokenizer fails.
+    pub fn next_turn(
+        &mut self,
+        action: &str,
+        generated_text: &str,
+        observation: &str,
+    ) -> Result<Vec<u32>> {
+        self.messages
+            .push(ChatMessage::new(Role::Assistant, action));
+        let with_assistant = self.tokenizer.render_chat(&self.messages, false)?;
+        self.messages
+            .push(ChatMessage::new(Role::User, observation));
+        let with_user = self.tokenizer.render_chat(&self.messages, true)?;
+        let assistant_part = suffix_after(&with_assistant, &self.rendered, "assistant message")?;
+        let closing = assistant_part
+            .strip_prefix(generated_text)
+            .or_else(|| assistant_part.strip_prefix(action))
+            .unwrap_or("");
+        let user_part = suffix_after(&with_user, &with_assistant, "observation")?;
+        let glue = self.tokenizer.encode(&format!("{closing}{user_part}"))?;
+        self.rendered = with_user;
+        Ok(glue)
+    }
 }
 
 fn suffix_after<'a>(full: &'a str, prefix: &str, what: &str) -> Result<&'a str> {

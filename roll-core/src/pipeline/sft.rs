@@ -3,7 +3,8 @@
 
 use crate::policy::{Objective, ScoreRequest, ScoreSequence};
 use crate::rng::{SplitMix64, mix64};
-use crate::tokenizer::{Tokenizer, encode_prompt};
+use crate::episode::Transcript;
+use crate::tokenizer::{ChatMessage, Role, Tokenizer, encode_prompt};
 use crate::{Error, Policy, Result, SampleId, TrainBatch, TrainSequence};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -12,11 +13,24 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One supervised example: a prompt, rendered as RLVR renders its prompts (chat template,
-/// generation prompt), and the response the model should learn to give.
+/// One supervised example: a prompt and its response, or a whole conversation.
+///
+/// In JSONL, one object per line: `{"prompt": ..., "response": ...}` or
+/// `{"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}, ...]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SftExample {
+    /// A single-turn pair.
+    Pair(SftPair),
+    /// A multi-turn conversation (an agent's episode, a chat).
+    Conversation(SftConversation),
+}
+
+/// A prompt, rendered as RLVR renders its prompts (chat template, generation prompt), and the
+/// response the model should learn to give.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SftExample {
+pub struct SftPair {
     /// The user message.
     pub prompt: String,
     /// The target completion; the tokenizer's end-of-sequence token is appended when trained, so
@@ -24,16 +38,44 @@ pub struct SftExample {
     pub response: String,
 }
 
+/// A conversation: an optional system message, then user and assistant messages alternating,
+/// first a user message, last an assistant message. Every assistant message is trained on (its
+/// tokens and an end-of-sequence token); everything else is context. The token stream is the
+/// one [`play_episode`](crate::episode::play_episode) builds for an agent that answered the same
+/// way (both go through [`Transcript`]), so a warm start on an environment's episodes trains on
+/// exactly the sequences RL will later see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SftConversation {
+    /// The messages in order.
+    pub messages: Vec<ChatMessage>,
+}
+
 impl SftExample {
-    /// A pair.
+    /// A single-turn pair.
     pub fn new(prompt: impl Into<String>, response: impl Into<String>) -> Self {
-        Self {
+        Self::Pair(SftPair {
             prompt: prompt.into(),
             response: response.into(),
+        })
+    }
+
+    /// A conversation (checked when the SFT pipeline encodes it).
+    pub fn conversation(messages: impl IntoIterator<Item = ChatMessage>) -> Self {
+        Self::Conversation(SftConversation {
+            messages: messages.into_iter().collect(),
+        })
+    }
+
+    /// Every text of the example, in order (a tokenizer's training corpus).
+    pub fn texts(&self) -> Vec<&str> {
+        match self {
+            Self::Pair(p) => vec![p.prompt.as_str(), p.response.as_str()],
+            Self::Conversation(c) => c.messages.iter().map(|m| m.content.as_str()).collect(),
         }
     }
 
-    /// Reads a JSONL file of `{"prompt": ..., "response": ...}` objects (blank lines skipped).
+    /// Reads a JSONL file of examples (see [`SftExample`]; blank lines skipped).
     ///
     /// # Errors
     /// [`Error::Io`] if the file cannot be read; [`Error::InvalidData`] naming the line that is
@@ -52,7 +94,15 @@ impl SftExample {
             if line.trim().is_empty() {
                 continue;
             }
-            let example = serde_json::from_str(&line).map_err(|e| {
+            // Parsed by shape, so that an error names the fields of the form the line meant.
+            let parsed = serde_json::from_str::<serde_json::Value>(&line).and_then(|v| {
+                if v.get("messages").is_some() {
+                    serde_json::from_value(v).map(Self::Conversation)
+                } else {
+                    serde_json::from_value(v).map(Self::Pair)
+                }
+            });
+            let example = parsed.map_err(|e| {
                 Error::invalid_data(
                     "SFT dataset",
                     format!("{} line {}: {e}", path.display(), i + 1),
@@ -143,10 +193,12 @@ pub struct SftPipeline {
     policy: Arc<dyn Policy>,
     tokenizer: Arc<dyn Tokenizer>,
     config: SftConfig,
-    /// The pairs as token ids (the response ending in EOS).
-    train: Vec<ScoreSequence>,
-    /// The held-out pairs, as the request that scores them (built once).
+    /// The examples as token ids, with the tokens trained on.
+    train: Vec<Encoded>,
+    /// The held-out examples, as the request that scores them (built once).
     eval: ScoreRequest,
+    /// Which response tokens of each held-out example count in its loss.
+    eval_masks: Vec<Vec<bool>>,
     order: Vec<usize>,
     position: SftPosition,
 }
@@ -180,6 +232,7 @@ impl SftPipeline {
             config,
             train,
             eval: ScoreRequest::default(),
+            eval_masks: Vec::new(),
             order: Vec::new(),
             position: SftPosition::default(),
         };
@@ -192,7 +245,12 @@ impl SftPipeline {
     /// # Errors
     /// As [`SftPipeline::new`] for a bad example.
     pub fn with_eval(mut self, examples: impl IntoIterator<Item = SftExample>) -> Result<Self> {
-        self.eval.sequences = encode_all(&*self.tokenizer, examples)?;
+        let (sequences, masks) = encode_all(&*self.tokenizer, examples)?
+            .into_iter()
+            .map(|e| (e.sequence, e.loss_mask))
+            .unzip();
+        self.eval.sequences = sequences;
+        self.eval_masks = masks;
         Ok(self)
     }
 
@@ -255,7 +313,7 @@ impl SftPipeline {
             .iter()
             .map(|&i| sequence(i, &self.train[i]))
             .collect();
-        let tokens = sequences.iter().map(|s| s.response_ids.len()).sum();
+        let tokens = sequences.iter().map(TrainSequence::num_trained_tokens).sum();
         let out = self
             .policy
             .train_step(TrainBatch::new(sequences)?, &Objective::sft())
@@ -293,8 +351,8 @@ impl SftPipeline {
         }
         let scores = self.policy.score(&self.eval).await?;
         let (mut sum, mut n) = (0.0f64, 0usize);
-        for s in &scores {
-            for &lp in &s.logprobs {
+        for (s, mask) in scores.iter().zip(&self.eval_masks) {
+            for (&lp, _) in s.logprobs.iter().zip(mask).filter(|(_, m)| **m) {
                 if !lp.is_finite() {
                     return Err(Error::invalid_data(
                         "SFT evaluation",
@@ -326,10 +384,16 @@ impl SftPipeline {
 /// clip fractions, approximate KL — are computed against no old policy).
 const SFT_METRICS: &[&str] = &["grad_norm", "lr", "loss", "trained_tokens", "skipped"];
 
+/// One example as token ids: the sequence and which of its response tokens are trained on.
+struct Encoded {
+    sequence: ScoreSequence,
+    loss_mask: Vec<bool>,
+}
+
 fn encode_all(
     tokenizer: &dyn Tokenizer,
     examples: impl IntoIterator<Item = SftExample>,
-) -> Result<Vec<ScoreSequence>> {
+) -> Result<Vec<Encoded>> {
     let eos = tokenizer.eos_token_id().ok_or_else(|| {
         Error::invalid_data(
             "SFT tokenizer",
@@ -339,40 +403,112 @@ fn encode_all(
     examples
         .into_iter()
         .enumerate()
-        .map(|(i, e)| {
-            let prompt = encode_prompt(tokenizer, None, &e.prompt)?;
-            let mut response = tokenizer.encode(&e.response)?;
-            if prompt.is_empty() || response.is_empty() {
-                return Err(Error::invalid_data(
-                    "SFT dataset",
-                    format!(
-                        "example {i} ({:?} → {:?}) has an empty {}",
-                        e.prompt,
-                        e.response,
-                        if prompt.is_empty() {
-                            "prompt"
-                        } else {
-                            "response"
-                        }
-                    ),
-                ));
-            }
-            response.push(eos);
-            Ok(ScoreSequence {
-                prompt_ids: prompt,
-                response_ids: response,
-            })
+        .map(|(i, e)| match e {
+            SftExample::Pair(p) => encode_pair(tokenizer, eos, i, &p),
+            SftExample::Conversation(c) => encode_conversation(tokenizer, eos, i, &c.messages),
         })
         .collect()
 }
 
-fn sequence(index: usize, e: &ScoreSequence) -> TrainSequence {
-    let n = e.response_ids.len();
+fn encode_pair(tokenizer: &dyn Tokenizer, eos: u32, i: usize, p: &SftPair) -> Result<Encoded> {
+    let prompt = encode_prompt(tokenizer, None, &p.prompt)?;
+    let mut response = tokenizer.encode(&p.response)?;
+    if prompt.is_empty() || response.is_empty() {
+        return Err(Error::invalid_data(
+            "SFT dataset",
+            format!(
+                "example {i} ({:?} → {:?}) has an empty {}",
+                p.prompt,
+                p.response,
+                if prompt.is_empty() {
+                    "prompt"
+                } else {
+                    "response"
+                }
+            ),
+        ));
+    }
+    response.push(eos);
+    let loss_mask = vec![true; response.len()];
+    Ok(Encoded {
+        sequence: ScoreSequence {
+            prompt_ids: prompt,
+            response_ids: response,
+        },
+        loss_mask,
+    })
+}
+
+/// A conversation's tokens, built by [`Transcript`] as an episode builds them: each assistant
+/// message is its tokens and EOS (trained on), each following user message the template's glue
+/// (context).
+fn encode_conversation(
+    tokenizer: &dyn Tokenizer,
+    eos: u32,
+    i: usize,
+    messages: &[ChatMessage],
+) -> Result<Encoded> {
+    let bad = |why: String| Error::invalid_data("SFT dataset", format!("conversation {i}: {why}"));
+    let (system, rest) = match messages.split_first() {
+        Some((first, rest)) if first.role == Role::System => (Some(first.content.as_str()), rest),
+        _ => (None, messages),
+    };
+    for (k, m) in rest.iter().enumerate() {
+        let expected = if k % 2 == 0 { Role::User } else { Role::Assistant };
+        if m.role != expected {
+            return Err(bad(format!(
+                "message {} is from {:?} where {expected:?} was expected (after an optional \
+                 system message, user and assistant messages alternate)",
+                k + usize::from(system.is_some()),
+                m.role
+            )));
+        }
+        if m.role == Role::Assistant && m.content.is_empty() {
+            return Err(bad(format!(
+                "message {} is an empty assistant message",
+                k + usize::from(system.is_some())
+            )));
+        }
+    }
+    if rest.len() < 2 || rest.len() % 2 == 1 {
+        return Err(bad(format!(
+            "{} user/assistant messages; a conversation needs at least one exchange and must \
+             end with the assistant's message",
+            rest.len()
+        )));
+    }
+    let (mut transcript, prompt_ids) = Transcript::start(tokenizer, system, &rest[0].content)?;
+    let mut response_ids = Vec::new();
+    let mut loss_mask = Vec::new();
+    for pair in rest[1..].chunks(2) {
+        let action = &pair[0].content;
+        let mut ids = tokenizer.encode(action)?;
+        ids.push(eos);
+        let generated_text = tokenizer.decode(&ids)?;
+        response_ids.extend_from_slice(&ids);
+        loss_mask.extend(std::iter::repeat_n(true, ids.len()));
+        if let Some(next) = pair.get(1) {
+            let glue = transcript.next_turn(action, &generated_text, &next.content)?;
+            response_ids.extend_from_slice(&glue);
+            loss_mask.extend(std::iter::repeat_n(false, glue.len()));
+        }
+    }
+    Ok(Encoded {
+        sequence: ScoreSequence {
+            prompt_ids,
+            response_ids,
+        },
+        loss_mask,
+    })
+}
+
+fn sequence(index: usize, e: &Encoded) -> TrainSequence {
+    let n = e.sequence.response_ids.len();
     TrainSequence {
         sample: SampleId(index as u64),
-        prompt_ids: e.prompt_ids.clone(),
-        response_ids: e.response_ids.clone(),
-        loss_mask: vec![true; n],
+        prompt_ids: e.sequence.prompt_ids.clone(),
+        response_ids: e.sequence.response_ids.clone(),
+        loss_mask: e.loss_mask.clone(),
         old_logprobs: vec![0.0; n],
         rollout_logprobs: vec![0.0; n],
         ref_logprobs: None,
@@ -459,6 +595,107 @@ mod tests {
         );
     }
 
+    /// Answers each request with the next of its texts, tokenised, then EOS.
+    struct Scripted(std::sync::Mutex<std::vec::IntoIter<&'static str>>);
+
+    #[async_trait::async_trait]
+    impl crate::policy::Generate for Scripted {
+        async fn generate(
+            &self,
+            _request: crate::GenerationRequest,
+        ) -> Result<crate::policy::Generation> {
+            let text = self.0.lock().unwrap().next().unwrap_or("stop");
+            let mut token_ids = ByteTokenizer.encode(text)?;
+            token_ids.push(ByteTokenizer::EOS);
+            Ok(crate::policy::Generation {
+                logprobs: vec![-0.5; token_ids.len()],
+                token_ids,
+                text: text.into(),
+                finish_reason: crate::FinishReason::Stop,
+                weight_version: crate::WeightVersion(0),
+            })
+        }
+
+        fn weight_version(&self) -> crate::WeightVersion {
+            crate::WeightVersion(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_conversation_encodes_as_the_episode_that_answered_the_same() {
+        // An echo environment played by a scripted agent, then the same exchange as an SFT
+        // conversation: the tokens and the trained positions must be the episode's, token by
+        // token (ChatML, with the template's <|im_end|> closing each answer after EOS).
+        let answers = ["left", "up", "stop"];
+        let agent = Scripted(std::sync::Mutex::new(answers.to_vec().into_iter()));
+        let mut env = crate::testing::EchoEnv::new(5);
+        let ids = crate::episode::EpisodeIds {
+            sample: SampleId(0),
+            group: crate::GroupId(0),
+            seed: 7,
+        };
+        let config = crate::episode::EpisodeConfig {
+            system_prompt: Some("be brief".into()),
+            ..Default::default()
+        };
+        let traj = crate::episode::play_episode(
+            &agent,
+            &ByteTokenizer,
+            &mut env,
+            ids,
+            &config,
+            &crate::AbortSignal::never(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(traj.turns().len(), 3);
+        let mut messages = vec![
+            ChatMessage::new(Role::System, "be brief"),
+            ChatMessage::new(Role::User, traj.prompt.text.clone()),
+        ];
+        for (k, answer) in answers.iter().enumerate() {
+            messages.push(ChatMessage::new(Role::Assistant, *answer));
+            if k + 1 < answers.len() {
+                // EchoEnv's observation is the action.
+                messages.push(ChatMessage::new(Role::User, *answer));
+            }
+        }
+        let encoded = encode_all(&ByteTokenizer, [SftExample::conversation(messages)]).unwrap();
+        let e = &encoded[0];
+        assert_eq!(e.sequence.prompt_ids, traj.prompt_ids);
+        assert_eq!(e.sequence.response_ids, traj.response().ids());
+        assert_eq!(e.loss_mask, traj.response().loss_mask());
+        // Spelled out: the first answer, trained, then the glue, not trained.
+        let first = ByteTokenizer.encode("left").unwrap();
+        assert_eq!(e.sequence.response_ids[..4], first[..]);
+        assert_eq!(e.sequence.response_ids[4], ByteTokenizer::EOS);
+        assert!(e.loss_mask[..5].iter().all(|m| *m));
+        let glue = ByteTokenizer
+            .encode("<|im_end|>\n<|im_start|>user\nleft<|im_end|>\n<|im_start|>assistant\n")
+            .unwrap();
+        assert_eq!(e.sequence.response_ids[5..5 + glue.len()], glue[..]);
+        assert!(e.loss_mask[5..5 + glue.len()].iter().all(|m| !*m));
+    }
+
+    #[test]
+    fn malformed_conversations_are_refused_naming_the_message() {
+        let user = |t: &str| ChatMessage::new(Role::User, t);
+        let assistant = |t: &str| ChatMessage::new(Role::Assistant, t);
+        for (messages, says) in [
+            (vec![user("a"), user("b")], "message 1 is from User"),
+            (vec![assistant("a")], "message 0 is from Assistant"),
+            (vec![user("a"), assistant("b"), user("c")], "must end with the assistant"),
+            (vec![user("a")], "at least one exchange"),
+            (vec![user("a"), assistant("")], "empty assistant message"),
+        ] {
+            let err = encode_all(&ByteTokenizer, [SftExample::conversation(messages)])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains("conversation 0") && err.contains(says), "{err}");
+        }
+    }
+
     #[test]
     fn reads_jsonl_and_names_the_bad_line() {
         let dir = std::env::temp_dir().join(format!("roll-sft-{}", std::process::id()));
@@ -471,11 +708,27 @@ mod tests {
         .unwrap();
         let err = SftExample::read_jsonl(&path).unwrap_err().to_string();
         assert!(err.contains("line 3"), "{err}");
-        std::fs::write(&path, "{\"prompt\":\"a\",\"response\":\"b\"}\n").unwrap();
+        std::fs::write(
+            &path,
+            "{\"prompt\":\"a\",\"response\":\"b\"}\n\
+             {\"messages\":[{\"role\":\"user\",\"content\":\"q\"},\
+             {\"role\":\"assistant\",\"content\":\"r\"}]}\n",
+        )
+        .unwrap();
         assert_eq!(
             SftExample::read_jsonl(&path).unwrap(),
-            [SftExample::new("a", "b")]
+            [
+                SftExample::new("a", "b"),
+                SftExample::conversation([
+                    ChatMessage::new(Role::User, "q"),
+                    ChatMessage::new(Role::Assistant, "r")
+                ])
+            ]
         );
+        // A conversation line with a stray key names it.
+        std::fs::write(&path, "{\"messages\":[],\"prompt\":\"x\"}\n").unwrap();
+        let err = SftExample::read_jsonl(&path).unwrap_err().to_string();
+        assert!(err.contains("line 1") && err.contains("prompt"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
