@@ -81,8 +81,9 @@ async fn async_mode_overlaps_generation_with_training_within_one_version() {
         max_position_embeddings: 64,
         rope_theta: 10_000.0,
         initializer_range: 0.02,
+        tokenizer: Default::default(),
     };
-    roll::backend::hf::write_new_model(&spec, &dir, 3).expect("model");
+    roll::backend::hf::write_new_model(&spec, &dir, 3, &[]).expect("model");
     let model = load_model(&dir, &Device::flex()).expect("load");
     let tokenizer: Arc<dyn Tokenizer> = Arc::new(
         HfTokenizer::from_dir(&dir)

@@ -139,7 +139,14 @@ impl RunBuilder {
         if found.is_none()
             && let Some((spec, seed)) = &plan.model.new
         {
-            roll_backend_burn::hf::write_new_model(spec, &plan.model.dir, *seed)?;
+            // A learned tokenizer's corpus is the text the model is first trained on.
+            let corpus: Vec<&str> = self
+                .sft
+                .iter()
+                .flatten()
+                .flat_map(SftExample::texts)
+                .collect();
+            roll_backend_burn::hf::write_new_model(spec, &plan.model.dir, *seed, &corpus)?;
         }
         let device = roll_backend_burn::device(plan.model.device)?;
         let source = HfSource::open(&plan.model.dir)?;

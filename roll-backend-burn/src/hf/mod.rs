@@ -19,5 +19,5 @@ pub use export::export_hf_dir;
 pub use load::{load_model, load_weights};
 pub use peft::export_peft_adapter;
 pub use save::{SaveDtype, SaveOptions, save_model, save_weights};
-pub use scaffold::{BYTE_SPECIAL_TOKENS, BYTE_VOCAB_SIZE, write_new_model};
+pub use scaffold::{BYTE_SPECIAL_TOKENS, BYTE_VOCAB_SIZE, learn_merges, write_new_model};
 pub use source::{HfSource, load_model_and_source};

@@ -90,7 +90,7 @@ pub use agentic::AgenticConfig;
 pub use component::ComponentSpec;
 pub use domain::{DomainConfig, DomainMap};
 pub use load::ConfigLoader;
-pub use model::{ModelConfig, ModelSource, NewModel, PromptFormat};
+pub use model::{ModelConfig, ModelSource, NewModel, NewTokenizer, PromptFormat};
 pub use rollout::{RolloutConfig, SamplingConfig};
 pub use run::RunConfig;
 pub use sft::SftSection;

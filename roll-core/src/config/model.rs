@@ -60,14 +60,16 @@ pub enum ModelSource {
         path: PathBuf,
     },
     /// A new, randomly initialised model of the given sizes with a byte-level tokenizer (one
-    /// token per byte plus `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`): no download, no files
-    /// to provide. The run writes it as a HuggingFace directory (`base_model/` in the run
-    /// directory) and continues from there as from `hf_dir`.
+    /// token per byte plus `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`, and optionally merges
+    /// learned from the run's SFT texts): no download, no files to provide. The run writes it as
+    /// a HuggingFace directory (`base_model/` in the run directory) and continues from there as
+    /// from `hf_dir`.
     New(NewModel),
 }
 
 /// The sizes of a model built from scratch (`model.source.kind = "new"`); the vocabulary is the
-/// byte-level tokenizer's (259 tokens). Keys and meanings are those of a HF `config.json`.
+/// tokenizer's (`tokenizer`: 259 byte-level tokens, or more with learned merges). Keys and
+/// meanings are those of a HF `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewModel {
@@ -93,6 +95,30 @@ pub struct NewModel {
     /// `initializer_range`). Default `0.02`.
     #[serde(default = "default_init_std")]
     pub initializer_range: f64,
+    /// The tokenizer (`{ kind = "bytes" }` or `{ kind = "bpe", vocab_size = N }`). Default
+    /// bytes.
+    #[serde(default)]
+    pub tokenizer: NewTokenizer,
+}
+
+/// The tokenizer of a new model (`model.source.tokenizer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NewTokenizer {
+    /// One token per byte and the three special tokens (259): any text, nothing to learn; every
+    /// character costs at least one position.
+    #[default]
+    Bytes,
+    /// Byte-level BPE (Sennrich et al. 2016, "Neural Machine Translation of Rare Words with
+    /// Subword Units", arXiv:1508.07909) whose merges are learned from the run's SFT texts
+    /// before the model is built: the 259 byte-level tokens stay (any text still encodes) and
+    /// up to `vocab_size − 259` merged tokens are added, most frequent pair first. Merges may
+    /// cross spaces and newlines (no pre-tokenisation), so text an environment repeats every
+    /// turn shrinks to a few tokens: shorter sequences, cheaper steps.
+    Bpe {
+        /// Vocabulary size, 260–65536.
+        vocab_size: u32,
+    },
 }
 
 fn default_rope_theta() -> f64 {
@@ -120,6 +146,14 @@ impl NewModel {
             ("max_position_embeddings", self.max_position_embeddings),
         ] {
             c.at_least(key, u64::from(v), 1)?;
+        }
+        if let NewTokenizer::Bpe { vocab_size } = self.tokenizer {
+            c.require(
+                (260..=65_536).contains(&vocab_size),
+                "tokenizer.vocab_size",
+                vocab_size,
+                "260 to 65536 (the 259 byte-level tokens and at least one merge)",
+            )?;
         }
         c.require(
             self.hidden_size.is_multiple_of(self.num_attention_heads)
@@ -173,6 +207,7 @@ mod tests {
             max_position_embeddings: 64,
             rope_theta: 10_000.0,
             initializer_range: 0.02,
+            tokenizer: Default::default(),
         };
         assert!(
             ModelConfig::new(ModelSource::New(good.clone()))
@@ -180,7 +215,11 @@ mod tests {
                 .is_ok()
         );
         type Break = fn(&mut NewModel);
-        let cases: [(Break, &str); 5] = [
+        let cases: [(Break, &str); 6] = [
+            (
+                |m| m.tokenizer = NewTokenizer::Bpe { vocab_size: 259 },
+                "model.source.tokenizer.vocab_size",
+            ),
             (|m| m.model_type = "gpt2".into(), "model.source.model_type"),
             (
                 |m| m.num_hidden_layers = 0,
