@@ -27,6 +27,7 @@
 
 pub mod action;
 mod error;
+mod evaluate;
 pub mod frozen_lake;
 pub mod grid;
 pub mod manager;
@@ -40,6 +41,7 @@ pub mod tool_use;
 pub mod wrappers;
 
 pub use error::EnvError;
+pub use evaluate::{EpisodeEval, EpisodeOutcome, evaluate_episodes};
 pub use frozen_lake::{FrozenLake, FrozenLakeConfig};
 pub use manager::{EnvManager, EnvManagerConfig};
 pub use registry::{BUILTIN_KINDS, EnvFactory, EnvOptions, EnvRegistry};

@@ -44,6 +44,7 @@ pub struct RunBuilder {
     sft: Option<Vec<SftExample>>,
     sft_eval: Vec<SftExample>,
     eval: Vec<Prompt>,
+    eval_seeds: Vec<u64>,
 }
 
 impl RunBuilder {
@@ -57,6 +58,7 @@ impl RunBuilder {
             sft: None,
             sft_eval: Vec::new(),
             eval: Vec::new(),
+            eval_seeds: Vec::new(),
         }
     }
 
@@ -91,6 +93,19 @@ impl RunBuilder {
     #[must_use]
     pub fn eval_prompts(mut self, prompts: impl IntoIterator<Item = Prompt>) -> Self {
         self.eval = prompts.into_iter().collect();
+        self
+    }
+
+    /// Held-out environment seeds of an agentic run: one greedy episode each (sampling seeds
+    /// aside, the same settings as training episodes) before RL, every `run.eval_every` steps
+    /// and after RL; the success rate (the environment's `success` report on the last step) is
+    /// the run's held-out accuracy. Choose seeds the run does not train on: training episodes
+    /// draw their seeds from the run seed (`agentic` groups), so a disjoint range — e.g. seeds
+    /// above 2⁶³ — keeps them apart; they are written to `eval_seeds.json` in the run
+    /// directory.
+    #[must_use]
+    pub fn eval_seeds(mut self, seeds: impl IntoIterator<Item = u64>) -> Self {
+        self.eval_seeds = seeds.into_iter().collect();
         self
     }
 
@@ -280,6 +295,41 @@ impl RunBuilder {
         plan: &RunPlan,
         reward: Option<Arc<dyn RewardWorker>>,
     ) -> Result<Option<Evaluation>> {
+        if let RolloutPlan::Agentic { manager, env, .. } = &plan.rollout {
+            if !self.eval.is_empty() {
+                return Err(Error::invalid_data(
+                    "run",
+                    "held-out prompts are scored by the `[domains]` reward workers, which an \
+                     agentic run does not have: evaluate it on environment seeds with \
+                     RunBuilder::eval_seeds",
+                ));
+            }
+            if self.eval_seeds.is_empty() {
+                if plan.run.eval_every > 0 {
+                    return Err(Error::invalid_data(
+                        "run",
+                        "`run.eval_every` is set but no held-out seeds were given: call \
+                         RunBuilder::eval_seeds",
+                    ));
+                }
+                return Ok(None);
+            }
+            let mut episode = manager.episode.clone();
+            episode.sampling.temperature = 0.0;
+            episode.sampling.seed = None;
+            return Ok(Some(Evaluation::Episodes {
+                seeds: std::mem::take(&mut self.eval_seeds),
+                factory: self.envs.factory(env)?,
+                episode,
+            }));
+        }
+        if !self.eval_seeds.is_empty() {
+            return Err(Error::invalid_data(
+                "run",
+                "held-out environment seeds need `pipeline = \"agentic\"`; an RLVR run is \
+                 evaluated on held-out prompts (RunBuilder::eval_prompts)",
+            ));
+        }
         if self.eval.is_empty() {
             if plan.run.eval_every > 0 {
                 return Err(Error::invalid_data(
@@ -302,7 +352,7 @@ impl RunBuilder {
         for p in &mut prompts {
             map.resolve_prompt(p)?;
         }
-        Ok(Some(Evaluation { prompts, reward }))
+        Ok(Some(Evaluation::Prompts { prompts, reward }))
     }
 
     /// The RL stage as a function of the weights it starts from, and the reward that scores

@@ -11,7 +11,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{BurnPolicy, CausalLm, SaveOptions};
 use roll_core::config::Config;
-use roll_core::pipeline::{EvalReport, RlvrPipeline, SftPipeline, StepReport, evaluate};
+use roll_core::episode::EpisodeConfig;
+use roll_core::pipeline::{RlvrPipeline, SftPipeline, StepReport, evaluate};
+use roll_env::{EnvFactory, evaluate_episodes};
 use roll_core::policy::{Generate, SamplingParams};
 use roll_core::{Error, Prompt, Result, RewardWorker, Tokenizer};
 use serde_json::{Map, Value, json};
@@ -19,6 +21,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Threads that play held-out episodes at once (each waits on the engine most of the time; the
+/// engine batches their requests).
+const EVAL_THREADS: usize = 64;
 
 /// Where a stage's actor comes from.
 pub(crate) enum ActorStart {
@@ -41,10 +47,19 @@ pub(crate) struct SftStage {
     pub progress: SftProgress,
 }
 
-/// Held-out prompts and the reward that scores them.
-pub(crate) struct Evaluation {
-    pub prompts: Vec<Prompt>,
-    pub reward: Arc<dyn RewardWorker>,
+/// What a held-out evaluation plays.
+pub(crate) enum Evaluation {
+    /// Prompts answered greedily and the reward that scores them (RLVR).
+    Prompts {
+        prompts: Vec<Prompt>,
+        reward: Arc<dyn RewardWorker>,
+    },
+    /// One greedy episode per environment seed (agentic).
+    Episodes {
+        seeds: Vec<u64>,
+        factory: EnvFactory,
+        episode: EpisodeConfig,
+    },
 }
 
 /// Where a run is: fine-tuning (the RL stage waits for its weights) or reinforcement learning.
@@ -102,7 +117,7 @@ impl Recorder {
 /// |---|---|
 /// | `config.toml` | the resolved config |
 /// | `metrics.jsonl` | one JSON line per SFT step, RL step and evaluation (`"stage"` says which) |
-/// | `eval_prompts.jsonl` | the held-out prompts (`prompt`, `answer`) |
+| `eval_prompts.jsonl` / `eval_seeds.json` | the held-out prompts (`prompt`, `answer`) of an RLVR run / the held-out seeds of an agentic run |
 /// | `base_model/` | the model a `new` source built |
 /// | `sft_model/`, `final_model/` | the exported SFT-stage and final models (HF directories) |
 /// | `plots/` | reward, held-out accuracy, KL, entropy, length, gap, step time, SFT loss |
@@ -146,14 +161,25 @@ impl Run {
         let resolved = dir.join("config.toml");
         std::fs::write(&resolved, config.to_toml()?)
             .map_err(io("cannot write the resolved config", &resolved))?;
-        if let Some(eval) = &eval {
-            let path = dir.join("eval_prompts.jsonl");
-            let mut text = String::new();
-            for p in &eval.prompts {
-                text.push_str(&json!({"prompt": p.text, "answer": p.ground_truth}).to_string());
-                text.push('\n');
+        match &eval {
+            Some(Evaluation::Prompts { prompts, .. }) => {
+                let path = dir.join("eval_prompts.jsonl");
+                let mut text = String::new();
+                for p in prompts {
+                    text.push_str(
+                        &json!({"prompt": p.text, "answer": p.ground_truth}).to_string(),
+                    );
+                    text.push('\n');
+                }
+                std::fs::write(&path, text)
+                    .map_err(io("cannot write the held-out prompts", &path))?;
             }
-            std::fs::write(&path, text).map_err(io("cannot write the held-out prompts", &path))?;
+            Some(Evaluation::Episodes { seeds, .. }) => {
+                let path = dir.join("eval_seeds.json");
+                std::fs::write(&path, json!(seeds).to_string())
+                    .map_err(io("cannot write the held-out seeds", &path))?;
+            }
+            None => {}
         }
         let path = dir.join("metrics.jsonl");
         let (summary, started, resumed, lines) = match restored {
@@ -391,61 +417,101 @@ impl Run {
         Ok(dir)
     }
 
-    /// Answers the held-out prompts greedily with the current actor and records the accuracy
-    /// under `label` (`None` without held-out prompts).
+    /// Evaluates the current actor greedily on the held-out set and records it under `label`
+    /// (`None` without one): RLVR answers the held-out prompts (accuracy: the share the reward
+    /// scores as correct), agentic runs play one episode per held-out seed (accuracy: the
+    /// success rate; the metrics line also has `success_rate` and `episode_len_mean`).
     ///
     /// # Errors
-    /// A prompt that cannot be encoded, or the metrics file cannot be written. Failed
-    /// generations and rewards count as unsolved prompts.
-    pub async fn evaluate(&mut self, label: &str) -> Result<Option<EvalReport>> {
+    /// A prompt that cannot be encoded, no tokio runtime or threads for the episodes, or the
+    /// metrics file cannot be written. Failed generations, rewards and episodes count as
+    /// unsolved.
+    pub async fn evaluate(&mut self, label: &str) -> Result<Option<EvalPoint>> {
         let Some(eval) = &self.eval else {
             return Ok(None);
         };
-        let bar = ProgressBar::new_spinner().with_message(format!(
-            "evaluating {} held-out prompts ({label})",
-            eval.prompts.len()
-        ));
+        let what = match eval {
+            Evaluation::Prompts { prompts, .. } => format!("{} held-out prompts", prompts.len()),
+            Evaluation::Episodes { seeds, .. } => format!("{} held-out episodes", seeds.len()),
+        };
+        let bar = ProgressBar::new_spinner().with_message(format!("evaluating {what} ({label})"));
         bar.enable_steady_tick(Duration::from_millis(200));
         let policy: Arc<dyn Generate> = self.actor().clone();
-        let report = evaluate(
-            policy,
-            &*self.tokenizer,
-            eval.reward.clone(),
-            &eval.prompts,
-            &SamplingParams {
-                temperature: 0.0,
-                max_new_tokens: self.plan.run.eval_max_new_tokens,
-                ..SamplingParams::default()
-            },
-        )
-        .await?;
+        let mut line = Map::new();
+        let (accuracy, reward_mean, failed, time) = match eval {
+            Evaluation::Prompts { prompts, reward } => {
+                let report = evaluate(
+                    policy,
+                    &*self.tokenizer,
+                    reward.clone(),
+                    prompts,
+                    &SamplingParams {
+                        temperature: 0.0,
+                        max_new_tokens: self.plan.run.eval_max_new_tokens,
+                        ..SamplingParams::default()
+                    },
+                )
+                .await?;
+                (
+                    report.accuracy(),
+                    report.reward_mean(),
+                    report.failed(),
+                    report.time,
+                )
+            }
+            Evaluation::Episodes {
+                seeds,
+                factory,
+                episode,
+            } => {
+                let report = evaluate_episodes(
+                    policy,
+                    self.tokenizer.clone(),
+                    factory,
+                    seeds,
+                    episode,
+                    EVAL_THREADS,
+                )
+                .await?;
+                line.insert("success_rate".into(), report.success_rate().into());
+                line.insert("episode_len_mean".into(), report.turns_mean().into());
+                (
+                    report.success_rate(),
+                    report.score_mean(),
+                    report.failed(),
+                    report.time,
+                )
+            }
+        };
         bar.finish_and_clear();
         let point = EvalPoint {
             label: label.to_owned(),
             rl_step: self.steps_taken(),
-            accuracy: report.accuracy(),
-            reward_mean: report.reward_mean(),
-            failed: report.failed(),
+            accuracy,
+            reward_mean,
+            failed,
             at_s: self.recorder.started.elapsed().as_secs_f64(),
         };
+        let measure = match eval {
+            Evaluation::Prompts { .. } => "accuracy",
+            Evaluation::Episodes { .. } => "success rate",
+        };
         println!(
-            "[{}] held-out accuracy {label}: {:.1}% ({} prompts, {:.1} s)",
+            "[{}] held-out {measure} {label}: {:.1}% ({what}, {:.1} s)",
             self.plan.run.name,
             100.0 * point.accuracy,
-            report.outcomes.len(),
-            report.time.as_secs_f64()
+            time.as_secs_f64()
         );
-        let mut line = Map::new();
         line.insert("stage".into(), "eval".into());
         line.insert("label".into(), label.into());
         line.insert("rl_step".into(), point.rl_step.into());
         line.insert("accuracy".into(), point.accuracy.into());
         line.insert("reward_mean".into(), point.reward_mean.into());
         line.insert("failed".into(), point.failed.into());
-        line.insert("eval_s".into(), report.time.as_secs_f64().into());
+        line.insert("eval_s".into(), time.as_secs_f64().into());
         self.recorder.record(line)?;
-        self.summary.evals.push(point);
-        Ok(Some(report))
+        self.summary.evals.push(point.clone());
+        Ok(Some(point))
     }
 
     /// Runs one RL step (after the SFT stage, which runs first if it has not) and appends its

@@ -1,0 +1,374 @@
+//! Held-out evaluation of a policy on an environment: one episode per seed, played on a pool of
+//! threads so that the policy's engine sees many requests at once.
+
+use crate::{EnvError, EnvFactory};
+use roll_core::episode::{EpisodeConfig, EpisodeIds, play_episode};
+use roll_core::policy::Generate;
+use roll_core::{AbortSignal, GroupId, SampleId, Tokenizer};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+
+/// One evaluated episode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeOutcome {
+    /// The environment seed.
+    pub seed: u64,
+    /// Sum of the step rewards (0 for a failed episode).
+    pub score: f32,
+    /// Whether the environment reported success on the last step (its `success` info, as the
+    /// bundled environments and ROLL's report it); `false` for a failed episode or an environment
+    /// that reports none.
+    pub success: bool,
+    /// Assistant turns played.
+    pub turns: usize,
+    /// Why the episode failed (the environment, the policy or a panic), if it did.
+    pub error: Option<String>,
+}
+
+/// The outcomes of an evaluation, in seed order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeEval {
+    /// One per seed.
+    pub outcomes: Vec<EpisodeOutcome>,
+    /// Wall-clock time.
+    pub time: Duration,
+}
+
+impl EpisodeEval {
+    /// Fraction of episodes that succeeded (failed episodes count as unsuccessful).
+    pub fn success_rate(&self) -> f64 {
+        self.mean(|o| f64::from(u8::from(o.success)))
+    }
+
+    /// Mean episode score.
+    pub fn score_mean(&self) -> f64 {
+        self.mean(|o| f64::from(o.score))
+    }
+
+    /// Mean turns per episode.
+    pub fn turns_mean(&self) -> f64 {
+        self.mean(|o| o.turns as f64)
+    }
+
+    /// Episodes that failed.
+    pub fn failed(&self) -> usize {
+        self.outcomes.iter().filter(|o| o.error.is_some()).count()
+    }
+
+    fn mean(&self, f: impl Fn(&EpisodeOutcome) -> f64) -> f64 {
+        if self.outcomes.is_empty() {
+            return 0.0;
+        }
+        self.outcomes.iter().map(f).sum::<f64>() / self.outcomes.len() as f64
+    }
+}
+
+/// Plays one episode per seed of `seeds` with `policy` under `episode` (pass greedy sampling,
+/// `temperature = 0`, for a deterministic evaluation) on up to `threads` threads, each with its
+/// own environment from `factory`.
+///
+/// An environment that fails or panics costs its episode (recorded with the error; its thread
+/// builds a fresh environment), never the evaluation. Unlike the
+/// [`EnvManager`](crate::EnvManager) there is no step timeout: an environment that never returns
+/// holds its thread (and the evaluation) until it does.
+///
+/// # Errors
+/// [`EnvError::NoRuntime`] outside a tokio runtime; [`EnvError::Spawn`] if no thread starts.
+pub async fn evaluate_episodes(
+    policy: Arc<dyn Generate>,
+    tokenizer: Arc<dyn Tokenizer>,
+    factory: &EnvFactory,
+    seeds: &[u64],
+    episode: &EpisodeConfig,
+    threads: usize,
+) -> Result<EpisodeEval, EnvError> {
+    let runtime = Handle::try_current().map_err(|_| EnvError::NoRuntime)?;
+    let started = Instant::now();
+    let threads = threads.clamp(1, seeds.len().max(1));
+    let next = Arc::new(AtomicUsize::new(0));
+    let results: Arc<Mutex<Vec<Option<EpisodeOutcome>>>> =
+        Arc::new(Mutex::new(vec![None; seeds.len()]));
+    let seeds: Arc<[u64]> = seeds.into();
+    let mut handles = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let job = Job {
+            runtime: runtime.clone(),
+            policy: policy.clone(),
+            tokenizer: tokenizer.clone(),
+            factory: factory.clone(),
+            episode: episode.clone(),
+            seeds: seeds.clone(),
+            next: next.clone(),
+            results: results.clone(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("roll-eval-{t}"))
+            .spawn(move || job.run())
+            .map_err(EnvError::Spawn)?;
+        handles.push(spawned);
+    }
+    // Joined off the runtime: the threads block on it for their generations.
+    tokio::task::spawn_blocking(move || {
+        for h in handles {
+            // A worker's own panics are caught per episode; a panic here would be in the
+            // bookkeeping, and its unfinished seeds are reported below.
+            let _ = h.join();
+        }
+    })
+    .await
+    .map_err(|e| EnvError::Spawn(std::io::Error::other(e.to_string())))?;
+    let outcomes = results
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .zip(seeds.iter())
+        .map(|(o, &seed)| {
+            o.unwrap_or_else(|| failed(seed, "the evaluation thread stopped".into()))
+        })
+        .collect();
+    Ok(EpisodeEval {
+        outcomes,
+        time: started.elapsed(),
+    })
+}
+
+/// One evaluation thread's share of the work.
+struct Job {
+    runtime: Handle,
+    policy: Arc<dyn Generate>,
+    tokenizer: Arc<dyn Tokenizer>,
+    factory: EnvFactory,
+    episode: EpisodeConfig,
+    seeds: Arc<[u64]>,
+    next: Arc<AtomicUsize>,
+    results: Arc<Mutex<Vec<Option<EpisodeOutcome>>>>,
+}
+
+impl Job {
+    fn run(self) {
+        let mut env = None;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&seed) = self.seeds.get(i) else {
+                return;
+            };
+            let outcome = self.play(&mut env, i, seed);
+            if let Ok(mut results) = self.results.lock() {
+                results[i] = Some(outcome);
+            }
+        }
+    }
+
+    fn play(&self, env: &mut Option<Box<dyn roll_core::Env>>, i: usize, seed: u64) -> EpisodeOutcome {
+        if env.is_none() {
+            match catch_unwind(AssertUnwindSafe(|| self.factory.build())) {
+                Ok(Ok(e)) => *env = Some(e),
+                Ok(Err(e)) => return failed(seed, e.to_string()),
+                Err(_) => return failed(seed, "building the environment panicked".into()),
+            }
+        }
+        let Some(current) = env.as_mut() else {
+            return failed(seed, "no environment".into());
+        };
+        let ids = EpisodeIds {
+            sample: SampleId(i as u64),
+            group: GroupId(i as u64),
+            seed,
+        };
+        let played = catch_unwind(AssertUnwindSafe(|| {
+            self.runtime.block_on(play_episode(
+                &*self.policy,
+                &*self.tokenizer,
+                &mut **current,
+                ids,
+                &self.episode,
+                &AbortSignal::never(),
+            ))
+        }));
+        match played {
+            Ok(Ok(t)) => EpisodeOutcome {
+                seed,
+                score: t.reward.as_ref().map_or(0.0, |r| r.value),
+                success: t.info.get("success").and_then(serde_json::Value::as_bool) == Some(true),
+                turns: t.turns().len(),
+                error: None,
+            },
+            // The environment may be left broken: the next episode gets a fresh one.
+            Ok(Err(e)) => {
+                *env = None;
+                failed(seed, e.to_string())
+            }
+            Err(_) => {
+                *env = None;
+                failed(seed, "the episode panicked".into())
+            }
+        }
+    }
+}
+
+fn failed(seed: u64, error: String) -> EpisodeOutcome {
+    EpisodeOutcome {
+        seed,
+        score: 0.0,
+        success: false,
+        turns: 0,
+        error: Some(error),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::EnvRegistry;
+    use roll_core::config::ComponentSpec;
+    use roll_core::testing::{ByteTokenizer, MockPolicy};
+
+    /// Answers every turn with the same text.
+    struct Always(&'static str);
+
+    /// Answers turn `k` of the (one) episode with its `k`-th text.
+    struct Script(Mutex<std::vec::IntoIter<&'static str>>);
+
+    #[async_trait::async_trait]
+    impl Generate for Script {
+        async fn generate(
+            &self,
+            request: roll_core::GenerationRequest,
+        ) -> roll_core::Result<roll_core::policy::Generation> {
+            let text = self.0.lock().unwrap().next().unwrap_or("");
+            Always(text).generate(request).await
+        }
+
+        fn weight_version(&self) -> roll_core::WeightVersion {
+            roll_core::WeightVersion(0)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Generate for Always {
+        async fn generate(
+            &self,
+            _request: roll_core::GenerationRequest,
+        ) -> roll_core::Result<roll_core::policy::Generation> {
+            let mut token_ids = ByteTokenizer.encode(self.0)?;
+            token_ids.push(ByteTokenizer::EOS);
+            Ok(roll_core::policy::Generation {
+                logprobs: vec![0.0; token_ids.len()],
+                token_ids,
+                text: self.0.into(),
+                finish_reason: roll_core::FinishReason::Stop,
+                weight_version: roll_core::WeightVersion(0),
+            })
+        }
+
+        fn weight_version(&self) -> roll_core::WeightVersion {
+            roll_core::WeightVersion(0)
+        }
+    }
+
+    fn lake() -> EnvFactory {
+        // gymnasium's 4×4 map, not slippery: Right, Right, Down, Down, Down, Right reaches the
+        // goal; Left at the start never moves.
+        EnvRegistry::with_builtins()
+            .factory(
+                &ComponentSpec::new("frozen_lake")
+                    .with_option("map", "4x4")
+                    .with_option("is_slippery", false)
+                    .with_option("max_steps", 6),
+            )
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn counts_successes_scores_and_turns_per_seed() {
+        let config = EpisodeConfig {
+            max_turns: 6,
+            ..Default::default()
+        };
+        let stuck = evaluate_episodes(
+            Arc::new(Always("<answer>Left</answer>")),
+            Arc::new(ByteTokenizer),
+            &lake(),
+            &[1, 2, 3],
+            &config,
+            2,
+        )
+        .await
+        .unwrap();
+        assert_eq!(stuck.outcomes.len(), 3);
+        assert_eq!(stuck.success_rate(), 0.0);
+        assert_eq!(stuck.turns_mean(), 6.0, "truncated after max_steps");
+        assert_eq!(stuck.failed(), 0);
+        assert_eq!(
+            stuck.outcomes.iter().map(|o| o.seed).collect::<Vec<_>>(),
+            [1, 2, 3],
+            "in seed order"
+        );
+        // The first column is `S F F H`: Down, Down, Down ends in the hole after three turns,
+        // unsuccessful, score 0.
+        let holed = evaluate_episodes(
+            Arc::new(Always("<answer>Down</answer>")),
+            Arc::new(ByteTokenizer),
+            &lake(),
+            &[5],
+            &config,
+            1,
+        )
+        .await
+        .unwrap();
+        assert_eq!(holed.outcomes[0].turns, 3);
+        assert!(!holed.outcomes[0].success);
+        assert_eq!(holed.outcomes[0].score, 0.0);
+        // Right, Right, Down, Down, Down, Right reaches the goal on the sixth turn.
+        let path = ["Right", "Right", "Down", "Down", "Down", "Right"]
+            .map(|a| match a {
+                "Right" => "<answer>Right</answer>",
+                _ => "<answer>Down</answer>",
+            })
+            .to_vec();
+        let solved = evaluate_episodes(
+            Arc::new(Script(Mutex::new(path.into_iter()))),
+            Arc::new(ByteTokenizer),
+            &lake(),
+            &[9],
+            &config,
+            1,
+        )
+        .await
+        .unwrap();
+        let o = &solved.outcomes[0];
+        assert_eq!((o.success, o.score, o.turns), (true, 1.0, 6));
+        assert_eq!(solved.success_rate(), 1.0);
+        assert_eq!(solved.score_mean(), 1.0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_environment_costs_its_episode() {
+        let broken = EnvFactory::new("broken", || -> Result<crate::FrozenLake, EnvError> {
+            Err(EnvError::InvalidOption {
+                key: "x",
+                value: "1".into(),
+                allowed: "nothing".into(),
+            })
+        });
+        let eval = evaluate_episodes(
+            Arc::new(MockPolicy::digits()),
+            Arc::new(ByteTokenizer),
+            &broken,
+            &[1, 2],
+            &EpisodeConfig::default(),
+            2,
+        )
+        .await
+        .unwrap();
+        assert_eq!(eval.failed(), 2);
+        assert!(eval.outcomes[0].error.as_deref().unwrap().contains("`x`"));
+        assert_eq!(eval.success_rate(), 0.0);
+    }
+}
