@@ -117,7 +117,7 @@ impl Recorder {
 /// |---|---|
 /// | `config.toml` | the resolved config |
 /// | `metrics.jsonl` | one JSON line per SFT step, RL step and evaluation (`"stage"` says which) |
-| `eval_prompts.jsonl` / `eval_seeds.json` | the held-out prompts (`prompt`, `answer`) of an RLVR run / the held-out seeds of an agentic run |
+/// | `eval_prompts.jsonl` / `eval_seeds.json` | the held-out prompts (`prompt`, `answer`) of an RLVR run / the held-out seeds of an agentic run |
 /// | `base_model/` | the model a `new` source built |
 /// | `sft_model/`, `final_model/` | the exported SFT-stage and final models (HF directories) |
 /// | `plots/` | reward, held-out accuracy, KL, entropy, length, gap, step time, SFT loss |
