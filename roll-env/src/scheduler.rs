@@ -3,7 +3,7 @@
 use crate::{EnvError, EnvManager, EnvManagerConfig, EnvRegistry, registry::BUILTIN_KINDS};
 use async_trait::async_trait;
 use roll_core::config::{AgenticConfig, ComponentSpec};
-use roll_core::scheduler::{GroupFilter, RolloutBatch, Scheduler};
+use roll_core::scheduler::{GroupFilter, RolloutBatch, Scheduler, SchedulerState};
 use roll_core::tokenizer::Tokenizer;
 use roll_core::{Generate, WeightVersion};
 use std::fmt;
@@ -149,6 +149,37 @@ impl Scheduler for AgenticScheduler {
             }
         };
         Ok(batch)
+    }
+
+    /// The manager's position: groups started so far (each one seed), the next sample id.
+    /// Nothing is pending between synchronous batches.
+    fn save_state(&self) -> roll_core::Result<SchedulerState> {
+        let (next_group, next_sample) = self.manager.position();
+        Ok(SchedulerState {
+            prompts_drawn: next_group,
+            pending: Vec::new(),
+            next_group,
+            next_sample,
+        })
+    }
+
+    fn restore_state(&mut self, state: SchedulerState) -> roll_core::Result<()> {
+        if !state.pending.is_empty() || state.prompts_drawn != state.next_group {
+            return Err(roll_core::Error::invalid_data(
+                "checkpoint",
+                format!(
+                    "an agentic scheduler's state has no pending prompts and one group per \
+                     seed drawn; this one has {} pending and {} drawn for {} groups (saved by \
+                     another scheduler?)",
+                    state.pending.len(),
+                    state.prompts_drawn,
+                    state.next_group
+                ),
+            ));
+        }
+        Ok(self
+            .manager
+            .resume_at((state.next_group, state.next_sample))?)
     }
 }
 

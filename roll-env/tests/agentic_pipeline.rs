@@ -85,3 +85,63 @@ async fn agentic_grpo_through_the_env_manager_learns() {
     );
     assert_eq!(mock.steps(), 13);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_agentic_scheduler_plays_the_batch_the_saved_one_would_have() {
+    let factory = || EnvFactory::new("say_the_number", || Ok(SayTheNumber { turn: 0 }));
+    let config = EnvManagerConfig {
+        // No redundancy: which of a group's redundant episodes finish first is a matter of
+        // timing, not of the checkpoint.
+        group_size: 3,
+        episode: EpisodeConfig {
+            max_turns: 3,
+            max_tokens_per_turn: 4,
+            sampling: SamplingParams {
+                seed: Some(5),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        num_threads: 4,
+        seed: 17,
+        ..Default::default()
+    };
+    let scheduler = || {
+        let manager = EnvManager::new(
+            config.clone(),
+            factory(),
+            Arc::new(MockPolicy::digits()),
+            Arc::new(ByteTokenizer),
+        )
+        .unwrap();
+        AgenticScheduler::new(manager, 2).unwrap()
+    };
+    let fingerprint = |batch: &roll_core::RolloutBatch| -> Vec<(u64, u64, u64, Vec<u32>)> {
+        batch
+            .groups
+            .iter()
+            .flat_map(|g| g.samples())
+            .map(|s| (s.group.0, s.id.0, s.prompt.id.0, s.response().ids().to_vec()))
+            .collect()
+    };
+    let mut original = scheduler();
+    original.next_batch(Default::default()).await.unwrap();
+    let state = original.save_state().unwrap();
+    assert!(state.pending.is_empty());
+    assert!(state.next_group >= 2, "{state:?}");
+    let expected = fingerprint(&original.next_batch(Default::default()).await.unwrap());
+
+    let mut restored = scheduler();
+    restored.restore_state(state.clone()).unwrap();
+    let replayed = fingerprint(&restored.next_batch(Default::default()).await.unwrap());
+    assert_eq!(replayed, expected);
+    // A fresh scheduler would have played other groups (other seeds).
+    let fresh = fingerprint(&scheduler().next_batch(Default::default()).await.unwrap());
+    assert_ne!(fresh, expected);
+    // Restoring is for a scheduler that has not started, and a state with pending prompts is
+    // not an agentic one.
+    assert!(original.restore_state(state.clone()).is_err());
+    let mut foreign = state;
+    foreign.pending.push(roll_core::Prompt::new(roll_core::PromptId(1), "q", "t"));
+    assert!(scheduler().restore_state(foreign).is_err());
+}

@@ -75,6 +75,17 @@ impl Book {
         }
     }
 
+    /// The next group and sample ids.
+    pub(crate) fn position(&self) -> (u64, u64) {
+        (self.next_group, self.next_sample)
+    }
+
+    /// Continues the id streams at `(next_group, next_sample)`.
+    pub(crate) fn resume_at(&mut self, (next_group, next_sample): (u64, u64)) {
+        self.next_group = next_group;
+        self.next_sample = next_sample;
+    }
+
     /// Opens a group and queues its episodes, all on the group's seed.
     pub(crate) fn start_group(&mut self) -> GroupId {
         let id = GroupId(self.next_group);

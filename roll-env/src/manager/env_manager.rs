@@ -211,6 +211,31 @@ impl EnvManager {
         self.totals
     }
 
+    /// Where the manager is in its stream of groups: the next group id (group `g` plays the seed
+    /// derived from the manager's seed and `g`) and the next sample id. Between two
+    /// [`collect`](Self::collect)s nothing is open, so this is all a checkpoint needs.
+    pub fn position(&self) -> (u64, u64) {
+        self.book.position()
+    }
+
+    /// Continues the stream at `position` (from [`position`](Self::position) of a manager built
+    /// with the same settings): the next groups get the ids, seeds and sampling seeds they would
+    /// have had.
+    ///
+    /// # Errors
+    /// [`EnvError::InvalidOption`] once groups were started.
+    pub fn resume_at(&mut self, position: (u64, u64)) -> Result<(), EnvError> {
+        if self.book.position() != (0, 0) {
+            return Err(EnvError::InvalidOption {
+                key: "position",
+                value: format!("{position:?}"),
+                allowed: "a position restored before the first batch".into(),
+            });
+        }
+        self.book.resume_at(position);
+        Ok(())
+    }
+
     /// A view of the environment threads for polling from elsewhere.
     pub fn watchdog(&self) -> Watchdog {
         Watchdog {
@@ -322,6 +347,9 @@ impl EnvManager {
                 stats.prompts_started += 1;
             }
         }
+        // Replacement groups the batch did not need: a synchronous batch leaves nothing open,
+        // so the manager's whole position is its counters (see `position`).
+        self.book.abort_all();
         kept.sort_by_key(Group::id);
         stats.record_staleness(&kept, self.policy.weight_version());
         Ok(RolloutBatch {
