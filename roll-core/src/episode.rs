@@ -130,7 +130,7 @@ pub async fn play_episode(
         config.domain.clone(),
     ));
     let mut traj = Trajectory::new(ids.sample, ids.group, prompt, prompt_ids);
-    let mut state_key = hash_text(&first.text);
+    let mut state_key = state_key_of(&first.text, &first.info);
     let mut total = 0.0f32;
     let mut end = EpisodeEnd::Truncated;
     let mut succeeded = None;
@@ -185,7 +185,7 @@ pub async fn play_episode(
         )?;
         record.reward = step.reward;
         record.state_key = Some(state_key);
-        state_key = hash_text(&step.observation);
+        state_key = state_key_of(&step.observation, &step.info);
         if step.is_done() {
             end = if step.is_terminated() {
                 EpisodeEnd::Terminated
@@ -302,6 +302,22 @@ fn suffix_after<'a>(full: &'a str, prefix: &str, what: &str) -> Result<&'a str> 
     })
 }
 
+/// The key of the state an observation shows (GiGPO's anchor state): the hash of the
+/// environment's [`STATE_INFO`] when it reports one, else of the observation's text. Text that
+/// changes while the state does not — a turn counter, feedback on the last move — would keep
+/// equal states apart.
+fn state_key_of(text: &str, info: &crate::env::Info) -> u64 {
+    match info.get(STATE_INFO).and_then(serde_json::Value::as_str) {
+        Some(state) => hash_text(state),
+        None => hash_text(text),
+    }
+}
+
+/// The info key under which an environment may report its state as text (e.g. a grid), for
+/// grouping equal states across episodes: turns that acted on equal states form one GiGPO step
+/// group. Without it the whole observation text is the state.
+pub const STATE_INFO: &str = "state";
+
 fn hash_text(text: &str) -> u64 {
     let mut h = DefaultHasher::new();
     text.hash(&mut h);
@@ -319,6 +335,106 @@ mod tests {
             group: GroupId(group),
             seed: 0,
         }
+    }
+
+    /// Reports the state `pos` (as text, via STATE_INFO when `report`) and a text with a turn
+    /// counter; each action moves by the number it names.
+    struct Walk {
+        pos: i64,
+        turn: u32,
+        report: bool,
+    }
+
+    impl Walk {
+        fn info(&self) -> crate::env::Info {
+            let mut info = crate::env::Info::new();
+            if self.report {
+                info.insert(STATE_INFO.into(), format!("at {}", self.pos).into());
+            }
+            info
+        }
+    }
+
+    impl Env for Walk {
+        fn reset(&mut self, _seed: u64) -> Result<crate::Observation> {
+            (self.pos, self.turn) = (0, 0);
+            let mut obs = crate::Observation::new("turn 0, at 0");
+            obs.info = self.info();
+            Ok(obs)
+        }
+
+        fn step(&mut self, action: &str) -> Result<crate::StepResult> {
+            self.turn += 1;
+            self.pos += action.trim().parse::<i64>().unwrap_or(0);
+            let text = format!("turn {}, at {}", self.turn, self.pos);
+            let mut step = crate::StepResult::running(text, 0.0);
+            step.info = self.info();
+            Ok(step)
+        }
+    }
+
+    /// Answers each turn with the next of its moves.
+    struct Moves(std::sync::Mutex<std::vec::IntoIter<&'static str>>);
+
+    #[async_trait::async_trait]
+    impl crate::policy::Generate for Moves {
+        async fn generate(&self, _r: GenerationRequest) -> Result<crate::policy::Generation> {
+            let text = self.0.lock().unwrap().next().unwrap_or("0");
+            let token_ids = crate::testing::ByteTokenizer.encode(text)?;
+            Ok(crate::policy::Generation {
+                logprobs: vec![0.0; token_ids.len()],
+                token_ids,
+                text: text.into(),
+                finish_reason: FinishReason::Length,
+                weight_version: crate::WeightVersion(0),
+            })
+        }
+
+        fn weight_version(&self) -> crate::WeightVersion {
+            crate::WeightVersion(0)
+        }
+    }
+
+    async fn state_keys(report: bool, moves: Vec<&'static str>) -> Vec<u64> {
+        let config = EpisodeConfig {
+            max_turns: moves.len() as u32,
+            ..Default::default()
+        };
+        let policy = Moves(std::sync::Mutex::new(moves.into_iter()));
+        let mut env = Walk {
+            pos: 0,
+            turn: 0,
+            report,
+        };
+        let traj = play_episode(
+            &policy,
+            &crate::testing::ByteTokenizer,
+            &mut env,
+            ids(0, 0),
+            &config,
+            &AbortSignal::never(),
+        )
+        .await
+        .unwrap();
+        traj.turns().iter().map(|t| t.state_key.unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn equal_reported_states_share_a_key_whatever_the_text_says() {
+        // Episode A stands at 0, 1, 2 before its turns; episode B at 0, 2, 1, 2: B's last turn
+        // acts on position 2 as A's last does, one turn later (the texts differ: turn 2 vs 3).
+        let a = state_keys(true, vec!["1", "1", "1"]).await;
+        let b = state_keys(true, vec!["2", "-1", "1", "1"]).await;
+        assert_eq!(a[0], b[0], "both start at 0");
+        assert_eq!(a[2], b[1], "position 2 at turn 2 and at turn 1");
+        assert_eq!(a[2], b[3], "position 2 at turn 2 and at turn 3");
+        assert_eq!(a[1], b[2], "position 1");
+        assert_ne!(a[1], a[2]);
+        // Without a reported state the text is the state: the turn counter keeps them apart.
+        let a = state_keys(false, vec!["1", "1", "1"]).await;
+        let b = state_keys(false, vec!["2", "-1", "1", "1"]).await;
+        assert_eq!(a[0], b[0], "the same first text");
+        assert_ne!(a[2], b[3]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::grid::Direction;
 use crate::prompt::TurnPrompt;
 use crate::rng::Rng;
 use crate::wrappers::{EnvExt, Episodic};
+use roll_core::episode::STATE_INFO;
 use roll_core::{Env, Observation, StepResult};
 
 const INSTRUCTIONS: &str = "You are solving the FrozenLake puzzle. Avoid the holes and walk to the goal. \
@@ -146,6 +147,7 @@ impl Env for Lake {
         let mut obs = Observation::new(self.prompt(true, None));
         obs.info
             .insert("env_instruction".into(), INSTRUCTIONS.into());
+        obs.info.insert(STATE_INFO.into(), self.render().into());
         Ok(obs)
     }
 
@@ -163,7 +165,8 @@ impl Env for Lake {
                     .with_action_valid(false)
                     .with_info("action_is_effective", false)
                     .with_info("success", false)
-                    .with_info("action", content),
+                    .with_info("action", content)
+                    .with_info(STATE_INFO, self.render()),
             );
         };
         let actual = self.slide(dir);
@@ -191,7 +194,8 @@ impl Env for Lake {
             .with_info("action_is_effective", effective)
             .with_info("moved", actual.name())
             .with_info("success", success)
-            .with_info("action", content))
+            .with_info("action", content)
+            .with_info(STATE_INFO, self.render()))
     }
 }
 

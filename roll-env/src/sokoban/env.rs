@@ -7,6 +7,7 @@ use crate::action::{extract_action, parse_choice};
 use crate::grid::Direction;
 use crate::prompt::TurnPrompt;
 use crate::wrappers::{EnvExt, Episodic};
+use roll_core::episode::STATE_INFO;
 use roll_core::{Env, Observation, StepResult};
 
 const ACTIONS: [(&str, Direction); 4] = [
@@ -127,6 +128,7 @@ impl Env for Puzzle {
         let mut obs = Observation::new(self.prompt(true, None));
         obs.info
             .insert("env_instruction".into(), self.instructions.clone().into());
+        obs.info.insert(STATE_INFO.into(), self.render().into());
         Ok(obs)
     }
 
@@ -190,7 +192,8 @@ impl Env for Puzzle {
             .with_info("action_is_effective", effective)
             .with_info("boxes_on_target", boxes_on_target)
             .with_info("success", solved)
-            .with_info("action", extract_action(action)))
+            .with_info("action", extract_action(action))
+            .with_info(STATE_INFO, self.render()))
     }
 }
 
