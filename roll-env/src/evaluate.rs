@@ -25,6 +25,9 @@ pub struct EpisodeOutcome {
     pub success: bool,
     /// Assistant turns played.
     pub turns: usize,
+    /// How the episode ended (`terminated`, `truncated`, `context_full`, `aborted`; `failed`
+    /// for a failed episode).
+    pub end: String,
     /// Why the episode failed (the environment, the policy or a panic), if it did.
     pub error: Option<String>,
 }
@@ -52,6 +55,11 @@ impl EpisodeEval {
     /// Mean turns per episode.
     pub fn turns_mean(&self) -> f64 {
         self.mean(|o| o.turns as f64)
+    }
+
+    /// Fraction of episodes that ended `how` (see [`EpisodeOutcome::end`]).
+    pub fn ended(&self, how: &str) -> f64 {
+        self.mean(|o| f64::from(u8::from(o.end == how)))
     }
 
     /// Episodes that failed.
@@ -196,6 +204,12 @@ impl Job {
                 score: t.reward.as_ref().map_or(0.0, |r| r.value),
                 success: t.info.get("success").and_then(serde_json::Value::as_bool) == Some(true),
                 turns: t.turns().len(),
+                end: t
+                    .info
+                    .get("episode_end")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_owned(),
                 error: None,
             },
             // The environment may be left broken: the next episode gets a fresh one.
@@ -217,6 +231,7 @@ fn failed(seed: u64, error: String) -> EpisodeOutcome {
         score: 0.0,
         success: false,
         turns: 0,
+        end: "failed".into(),
         error: Some(error),
     }
 }
@@ -305,6 +320,7 @@ mod tests {
         assert_eq!(stuck.success_rate(), 0.0);
         assert_eq!(stuck.turns_mean(), 6.0, "truncated after max_steps");
         assert_eq!(stuck.failed(), 0);
+        assert_eq!(stuck.ended("truncated"), 1.0);
         assert_eq!(
             stuck.outcomes.iter().map(|o| o.seed).collect::<Vec<_>>(),
             [1, 2, 3],
@@ -325,6 +341,7 @@ mod tests {
         assert_eq!(holed.outcomes[0].turns, 3);
         assert!(!holed.outcomes[0].success);
         assert_eq!(holed.outcomes[0].score, 0.0);
+        assert_eq!(holed.outcomes[0].end, "terminated");
         // Right, Right, Down, Down, Down, Right reaches the goal on the sixth turn.
         let path = ["Right", "Right", "Down", "Down", "Down", "Right"]
             .map(|a| match a {

@@ -475,6 +475,9 @@ impl Run {
                 .await?;
                 line.insert("success_rate".into(), report.success_rate().into());
                 line.insert("episode_len_mean".into(), report.turns_mean().into());
+                for end in ["terminated", "truncated", "context_full"] {
+                    line.insert(format!("ended_{end}"), report.ended(end).into());
+                }
                 (
                     report.success_rate(),
                     report.score_mean(),

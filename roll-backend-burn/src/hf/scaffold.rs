@@ -71,10 +71,9 @@ pub fn write_new_model(
 
 /// Learns byte-level BPE merges from `corpus` until the vocabulary (the 259 byte-level tokens
 /// plus one token per merge) reaches `vocab_size`, or no pair occurs twice: each round merges
-/// the most frequent adjacent pair of tokens over the corpus (HF tokenizers' `BpeTrainer`; the
-/// words are the corpus' lines, line breaks apart: merges cross spaces, never lines). Returns the
-/// merges in order, each as the pair of tokens in the GPT-2 byte-character spelling of
-/// `tokenizer.json`.
+/// the most frequent adjacent pair of tokens over the corpus (HF tokenizers' `BpeTrainer`,
+/// whole texts as words, no pre-tokenisation). Returns the merges in order, each as the pair of
+/// tokens in the GPT-2 byte-character spelling of `tokenizer.json`.
 ///
 /// # Errors
 /// [`BackendError::InvalidConfig`] for an empty corpus or a trainer failure.
@@ -204,19 +203,13 @@ fn byte_level_tokenizer(merges: &[(String, String)]) -> serde_json::Value {
         .collect();
     let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false,
                             "trim_offsets": false, "use_regex": false});
-    // Lines are words: a merge never spans a line break, and each break is its own piece. Text
-    // laid out in lines (a grid, a table) keeps one token per line at most, in the same place
-    // relative to the lines around it.
-    let lines = json!({"type": "Split", "pattern": {"String": "\n"}, "behavior": "Isolated",
-                       "invert": false});
-    let pre_tokenizer = json!({"type": "Sequence", "pretokenizers": [lines, byte_level]});
     json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
         "added_tokens": added,
         "normalizer": null,
-        "pre_tokenizer": pre_tokenizer,
+        "pre_tokenizer": byte_level,
         "post_processor": null,
         "decoder": byte_level,
         "model": {"type": "BPE", "dropout": null, "unk_token": null,
@@ -372,12 +365,6 @@ mod tests {
         let line = tok.encode(&lines[3]).unwrap();
         assert!(line.len() * 4 < lines[3].len(), "{} tokens", line.len());
         assert_eq!(tok.decode(&line).unwrap(), lines[3]);
-        // No token spans a line break: each break is a token of its own.
-        for &id in &line {
-            let piece = tok.decode(&[id]).unwrap();
-            assert!(piece == "\n" || !piece.contains('\n'), "{piece:?}");
-        }
-        assert_eq!(line.iter().filter(|&&i| i == u32::from(b'\n')).count(), 2);
         let unseen = "zébra <|endoftext|>";
         let ids = tok.encode(unseen).unwrap();
         assert_eq!(tok.decode(&ids).unwrap(), unseen);

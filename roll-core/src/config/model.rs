@@ -113,8 +113,8 @@ pub enum NewTokenizer {
     /// Subword Units", arXiv:1508.07909) whose merges are learned from the run's SFT texts
     /// before the model is built: the 259 byte-level tokens stay (any text still encodes) and
     /// up to `vocab_size − 259` merged tokens are added, most frequent pair first. Merges may
-    /// cross spaces but not line breaks, so a line an environment repeats every turn shrinks to
-    /// a token, and a grid keeps one token per row at most: shorter sequences, cheaper steps.
+    /// cross spaces and newlines (no pre-tokenisation), so text an environment repeats every
+    /// turn shrinks to a few tokens: shorter sequences, cheaper steps.
     Bpe {
         /// Vocabulary size, 260–65536.
         vocab_size: u32,
