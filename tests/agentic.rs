@@ -1,0 +1,173 @@
+//! The agentic pipeline on a real transformer: a run on FrozenLake with the tiny Qwen2 fixture
+//! trains, evaluates on held-out seeds and checkpoints, and the trajectories it trains on mask
+//! exactly the assistant turns of the conversation the chat template renders.
+
+use roll::backend::HfTokenizer;
+use roll::core::config::{ComponentSpec, ConfigLoader};
+use roll::core::episode::EpisodeConfig;
+use roll::core::tokenizer::{ChatMessage, Role, Tokenizer};
+use roll::prelude::*;
+use std::sync::Arc;
+
+mod common;
+use common::{FIXTURE, out_dir};
+
+fn lake() -> ComponentSpec {
+    ComponentSpec::new("frozen_lake")
+        .with_option("size", 3)
+        .with_option("is_slippery", false)
+        .with_option("max_steps", 2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
+    let out = out_dir("agentic-run");
+    let config = ConfigLoader::new()
+        .toml_str(format!(
+            r#"
+            pipeline = "agentic"
+            [run]
+            max_steps = 2
+            output_dir = "{}"
+            save_every = 1
+            [model.source]
+            kind = "hf_dir"
+            path = "{FIXTURE}"
+            [agentic]
+            num_groups = 2
+            group_size = 2
+            max_turns = 2
+            max_tokens_per_turn = 6
+            [agentic.env]
+            kind = "frozen_lake"
+            size = 3
+            is_slippery = false
+            max_steps = 2
+            "#,
+            out.display()
+        ))
+        .load()
+        .expect("config");
+    let held_out = [1u64 << 63, (1 << 63) + 1, (1 << 63) + 2];
+    let mut run = RunBuilder::new(config)
+        .eval_seeds(held_out)
+        .build()
+        .expect("build");
+    let summary = run.train().await.expect("train");
+    assert_eq!(summary.rl.len(), 2);
+    for step in &summary.rl {
+        assert!(step.metrics["actor/trained_tokens"] > 0.0, "{step}");
+        assert_eq!(step.metrics["rollout/samples_failed"], 0.0);
+    }
+    // Held-out episodes before and after RL, written beside the metrics.
+    let labels: Vec<&str> = summary.evals.iter().map(|e| e.label.as_str()).collect();
+    assert_eq!(labels, ["base", "after RL"]);
+    assert!(summary.evals.iter().all(|e| e.failed == 0));
+    let seeds: Vec<u64> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval_seeds.json")).unwrap())
+            .unwrap();
+    assert_eq!(seeds, held_out);
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let evals: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["stage"] == "eval")
+        .collect();
+    assert_eq!(evals.len(), 2);
+    for e in &evals {
+        let ended: f64 = ["terminated", "truncated", "context_full"]
+            .iter()
+            .map(|k| e[format!("ended_{k}")].as_f64().unwrap())
+            .sum();
+        assert!((ended - 1.0).abs() < 1e-9, "every episode ended somehow: {e}");
+        assert!(e["episode_len_mean"].as_f64().unwrap() >= 1.0);
+    }
+    // The agentic scheduler checkpoints: a resumed run finds its step.
+    assert!(out.join("checkpoints").exists());
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trajectories_mask_exactly_the_assistant_turns_of_the_rendered_conversation() {
+    let tokenizer = Arc::new(HfTokenizer::from_dir(FIXTURE).expect("tokenizer"));
+    let model = roll::backend::load_model(FIXTURE, &roll::backend::Device::flex()).unwrap();
+    let actor = Arc::new(
+        BurnPolicy::new(
+            model,
+            tokenizer.clone() as Arc<dyn Tokenizer>,
+            TrainerConfig::default(),
+            PolicyOptions::default(),
+        )
+        .expect("policy"),
+    );
+    let factory = EnvRegistry::with_builtins().factory(&lake()).unwrap();
+    let config = EnvManagerConfig {
+        group_size: 3,
+        episode: EpisodeConfig {
+            max_turns: 2,
+            max_tokens_per_turn: 6,
+            max_context_tokens: 512,
+            sampling: SamplingParams {
+                seed: Some(4),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut manager =
+        EnvManager::new(config, factory.clone(), actor, tokenizer.clone()).expect("manager");
+    let batch = manager.collect(2).await.expect("collect");
+    let eos = tokenizer.eos_token_id().expect("eos");
+    let mut turns_checked = 0;
+    for traj in batch.groups.iter().flat_map(|g| g.samples()) {
+        let response = traj.response();
+        let mask = response.loss_mask();
+        let segments = response.segments();
+        assert_eq!(segments.len(), traj.turns().len(), "one masked run per turn");
+        // Replay the episode: the environment's observations, the agent's decoded actions.
+        let mut env = factory.build().unwrap();
+        let first = env.reset(traj.prompt.id.0).unwrap();
+        let mut messages = vec![ChatMessage::new(Role::User, first.text)];
+        let all: Vec<u32> = traj
+            .prompt_ids
+            .iter()
+            .chain(response.ids())
+            .copied()
+            .collect();
+        let offset = traj.prompt_ids.len();
+        for (k, seg) in segments.iter().enumerate() {
+            assert_eq!(seg, &traj.turns()[k].span);
+            // Everything before the turn — generated EOS aside, which the template does not
+            // write — is the conversation so far as the template renders it, ending in the
+            // generation prompt.
+            let context: Vec<u32> = (0..offset + seg.start)
+                .filter(|&t| !(t >= offset && mask[t - offset] && all[t] == eos))
+                .map(|t| all[t])
+                .collect();
+            assert_eq!(
+                tokenizer.decode(&context).unwrap(),
+                tokenizer.render_chat(&messages, true).unwrap(),
+                "{}: context of turn {k}",
+                traj.id
+            );
+            // The masked run is the turn's generated tokens and nothing else.
+            let generated = &response.ids()[seg.clone()];
+            let mut content = generated.len();
+            while content > 0 && generated[content - 1] == eos {
+                content -= 1;
+            }
+            let action = tokenizer.decode(&generated[..content]).unwrap();
+            assert_eq!(response.logprobs()[seg.clone()].len(), seg.len());
+            assert!(response.logprobs()[seg.clone()].iter().all(|l| *l <= 0.0));
+            let step = env.step(&action).unwrap();
+            messages.push(ChatMessage::new(Role::Assistant, action));
+            messages.push(ChatMessage::new(Role::User, step.observation));
+            turns_checked += 1;
+        }
+        // Nothing after the last turn is trained, and everything trained is a turn.
+        let trained: usize = segments.iter().map(|s| s.len()).sum();
+        assert_eq!(trained, mask.iter().filter(|m| **m).count());
+    }
+    assert!(turns_checked >= 6, "{turns_checked} turns checked");
+}
