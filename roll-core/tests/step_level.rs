@@ -1,6 +1,7 @@
-//! GiGPO through the batch builder: every assistant turn of a trajectory is a step-sample grouped
-//! with the turns of the same group that acted on the same state; each turn's advantage lands on
-//! its own tokens, observations get none. Numbers worked out by hand below.
+//! The step-level estimators through the batch builder. GiGPO: every assistant turn of a
+//! trajectory is a step-sample grouped with the turns of the same group that acted on the same
+//! state; step REINFORCE: every turn gets its normalised discounted step return. Each turn's
+//! advantage lands on its own tokens, observations get none. Numbers worked out by hand below.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -43,7 +44,12 @@ fn gigpo_gives_each_turn_its_episode_plus_anchor_state_advantage() {
     let b = trajectory(1, &prompt, [(1, 0.0), (3, 0.0)]);
     let group = Group::new(GroupId(0), prompt, vec![a, b]).unwrap();
     let algorithm: AlgorithmConfig = serde_json::from_value(serde_json::json!({
-        "advantage": {"kind": "gigpo", "step_reward_gamma": 0.5, "std_normalize": false}
+        "advantage": {
+            "kind": "gigpo",
+            "step_reward_gamma": 0.5,
+            "episode_normalization": {"mean": "group"},
+            "step_std_normalize": false
+        }
     }))
     .unwrap();
     let inputs = BatchInputs {
@@ -93,6 +99,96 @@ fn gigpo_without_state_keys_is_a_named_error() {
     .to_string();
     assert!(
         err.contains("algorithm.advantage.kind") && err.contains("state"),
+        "{err}"
+    );
+}
+
+/// Runs the batch builder on episodes A (state 1 → 0, state 2 → 1) and B (state 1 → 0,
+/// state 3 → 0) and returns each trajectory's two turn advantages, checking that every token of
+/// a turn got the same one and that observations got none.
+fn turn_advantages(advantage: serde_json::Value) -> Vec<[f32; 2]> {
+    let prompt = Arc::new(Prompt::new(PromptId(0), "play", "env"));
+    let a = trajectory(0, &prompt, [(1, 0.0), (2, 1.0)]);
+    let b = trajectory(1, &prompt, [(1, 0.0), (3, 0.0)]);
+    let group = Group::new(GroupId(0), prompt, vec![a, b]).unwrap();
+    let algorithm: AlgorithmConfig =
+        serde_json::from_value(serde_json::json!({ "advantage": advantage })).unwrap();
+    let inputs = BatchInputs {
+        max_turn_tokens: 16,
+        ..Default::default()
+    };
+    let (batch, _) =
+        build_train_batch(&[group], &algorithm, &inputs, &mut DomainMoments::new()).unwrap();
+    batch
+        .sequences()
+        .iter()
+        .map(|seq| {
+            let a = &seq.advantages;
+            assert_eq!(a.len(), 7);
+            assert!(a[0] == a[1] && a[5] == a[6], "{a:?}");
+            assert_eq!(a[2..5], [0.0; 3]);
+            [a[0], a[5]]
+        })
+        .collect()
+}
+
+fn assert_turns(got: &[[f32; 2]], want: &[[f32; 2]]) {
+    for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+        assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn step_reinforce_normalises_discounted_step_returns_over_the_group() {
+    // γ_s = 0.5: G_A = [0 + 0.5·1, 1] = [0.5, 1], G_B = [0, 0]. Default normalisation, group mean
+    // and std: mean 0.375, std sqrt(0.6875/3) = 0.4787136 → (G − 0.375)/0.4787146.
+    let got =
+        turn_advantages(serde_json::json!({"kind": "step_reinforce", "step_reward_gamma": 0.5}));
+    let (a0, a1, b) = (0.261_115_9, 1.305_579_7, -0.783_347_8);
+    assert_turns(&got, &[[a0, a1], [b, b]]);
+}
+
+#[test]
+fn step_reinforce_over_anchor_states() {
+    // Mean over (group, state) only: state 1 holds G = 0.5 (A) and 0 (B), mean 0.25 → ±0.25;
+    // states 2 and 3 are met once → G − G = 0.
+    let got = turn_advantages(serde_json::json!({
+        "kind": "step_reinforce",
+        "step_reward_gamma": 0.5,
+        "normalization": {"mean": "state_group_id"}
+    }));
+    assert_turns(&got, &[[0.25, 0.0], [-0.25, 0.0]]);
+}
+
+#[test]
+fn step_reinforce_needs_state_keys_only_to_group_by_state() {
+    let prompt = Arc::new(Prompt::new(PromptId(0), "q", "env"));
+    let mut s = Sample::new(SampleId(0), GroupId(0), prompt.clone(), vec![1]);
+    s.push_turn(&[3], &[-0.1], "a", WeightVersion(0), FinishReason::Stop)
+        .unwrap()
+        .reward = 1.0;
+    s.reward = Some(Reward::new(1.0));
+    let group = Group::new(GroupId(0), prompt, vec![s]).unwrap();
+    let run = |normalization: serde_json::Value| {
+        let algorithm: AlgorithmConfig = serde_json::from_value(serde_json::json!({
+            "advantage": {"kind": "step_reinforce", "normalization": normalization}
+        }))
+        .unwrap();
+        build_train_batch(
+            std::slice::from_ref(&group),
+            &algorithm,
+            &BatchInputs::default(),
+            &mut DomainMoments::new(),
+        )
+    };
+    // No normalisation: the advantage is the step's return, 1.
+    let (batch, _) = run(serde_json::json!({})).unwrap();
+    assert_eq!(batch.sequences()[0].advantages, [1.0]);
+    let err = run(serde_json::json!({"std": "state"}))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("\"step_reinforce\"") && err.contains("state"),
         "{err}"
     );
 }
