@@ -5,13 +5,14 @@
 
 use proptest::prelude::*;
 use roll_algos::advantage::{
-    AdvantageEstimator, AdvantageInput, StepInfo, agentic_reinforce_returns, gae, grpo_advantages,
-    reinforce_pp_advantages, reinforce_returns, rloo_advantages,
+    AdvantageEstimator, AdvantageInput, EpisodeNormalization, NormScope, StepInfo,
+    StepNormalization, agentic_reinforce_returns, gae, grpo_advantages, reinforce_pp_advantages,
+    reinforce_returns, rloo_advantages,
 };
 use roll_algos::masks::{SampleWeightConfig, renormalize_weights};
 use roll_algos::shaping::{
     AdvantageShaping, NormKind, RewardNormalization, RunningMoments, masked_whiten,
-    normalize_rewards,
+    normalize_by_key, normalize_rewards,
 };
 
 fn config() -> ProptestConfig {
@@ -197,6 +198,7 @@ proptest! {
                 episode: *episode,
                 step: *step,
                 state: *state,
+                tag: (i % 2) as u64,
             })
             .collect();
         let shaping = AdvantageShaping { whiten_rewards: shaping.0, whiten_advantages: shaping.1, clip: shaping.2 };
@@ -216,7 +218,13 @@ proptest! {
                 episode_weight: 1.0,
                 step_weight: 0.5,
                 step_reward_gamma: 0.95,
-                std_normalize: true,
+                episode_normalization: EpisodeNormalization::group(),
+                step_std_normalize: true,
+            },
+            AdvantageEstimator::StepReinforce {
+                gamma: 1.0,
+                step_reward_gamma: 0.9,
+                normalization: StepNormalization { mean: NormScope::State, std: NormScope::Tag },
             },
             AdvantageEstimator::AgenticReinforce { gamma: 0.9 },
         ];
@@ -236,6 +244,33 @@ proptest! {
             if let Some(c) = shaping.clip {
                 prop_assert!(a.advantages.iter().all(|x| x.abs() <= c));
             }
+        }
+    }
+
+    #[test]
+    fn keyed_normalisation_ignores_the_order_of_samples(
+        (rewards, keys, rotation) in (1usize..24).prop_flat_map(|n| (
+            prop::collection::vec(-3.0f32..3.0, n),
+            prop::collection::vec(0u8..4, n),
+            0..n,
+        )),
+    ) {
+        // A group is every sample with an equal key, wherever it sits: rotating the batch rotates
+        // the result, and each key's normalised rewards sum to zero (or are all zero).
+        let norm = RewardNormalization { mean: NormKind::Group, std: NormKind::Group };
+        let mut a = rewards.clone();
+        normalize_by_key(&mut a, &keys, norm, &mut RunningMoments::new()).unwrap();
+        let (mut b, mut kb) = (rewards.clone(), keys.clone());
+        b.rotate_left(rotation);
+        kb.rotate_left(rotation);
+        normalize_by_key(&mut b, &kb, norm, &mut RunningMoments::new()).unwrap();
+        b.rotate_right(rotation);
+        for (x, y) in a.iter().zip(&b) {
+            prop_assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
+        }
+        for key in 0u8..4 {
+            let sum: f32 = a.iter().zip(&keys).filter(|(_, k)| **k == key).map(|(x, _)| x).sum();
+            prop_assert!(sum.abs() < 1e-3, "key {key}: {a:?}");
         }
     }
 

@@ -158,6 +158,12 @@ fn positive_advantage_pushes_logp_up_for_every_loss() {
             dual_clip: None,
             ratio: RatioLevel::Sequence,
         },
+        PolicyLoss::Ppo {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            dual_clip: None,
+            ratio: RatioLevel::Segment,
+        },
         PolicyLoss::Vanilla {},
         PolicyLoss::Tis {
             lower_bound: 0.0,

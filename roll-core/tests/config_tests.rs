@@ -653,3 +653,56 @@ fn algorithm_section_is_typed_validated_and_named_in_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn step_level_estimators_and_the_segment_ratio_need_the_agentic_pipeline() {
+    for kind in ["gigpo", "step_reinforce"] {
+        let err = load_err(BASE, &[&format!("algorithm.advantage.kind={kind}")]);
+        assert!(
+            matches!(&err, Error::InvalidValue { key, value, .. }
+                if key == "algorithm.advantage.kind" && *value == format!("\"{kind}\"")),
+            "{err:?}"
+        );
+    }
+    let err = load_err(BASE, &["algorithm.objective.policy_loss.ratio=segment"]);
+    assert!(
+        matches!(&err, Error::InvalidValue { key, allowed, .. }
+            if key == "algorithm.objective.policy_loss.ratio" && allowed.contains("sequence")),
+        "{err:?}"
+    );
+
+    // In the agentic pipeline they load, with ROLL's grouping names, and every key is read.
+    let agentic = std::fs::read_to_string(sample("agentic_sokoban.toml")).unwrap();
+    let config = load(
+        &format!(
+            "{agentic}\n[algorithm.advantage]\nkind = \"step_reinforce\"\nstep_reward_gamma = 1.0\n\
+             normalization = {{ mean = \"traj_group_id\", std = \"batch\" }}\n\
+             [algorithm.objective.policy_loss]\nkind = \"ppo\"\nratio = \"segment\"\n"
+        ),
+        &[],
+    )
+    .expect("agentic step_reinforce config");
+    assert_eq!(config.algorithm.advantage.name(), "step_reinforce");
+    // A reward shaping would normalise the trajectory reward, which step REINFORCE never reads.
+    let err = load_err(
+        &agentic,
+        &[
+            "algorithm.advantage.kind=step_reinforce",
+            "algorithm.reward_shaping.normalization.mean=group",
+        ],
+    );
+    assert!(
+        matches!(&err, Error::InvalidValue { key, allowed, .. }
+            if key == "algorithm.reward_shaping" && allowed.contains("advantage.normalization")),
+        "{err:?}"
+    );
+    // An episode acts on many states: GiGPO's episode statistics cannot be taken over one.
+    let err = load_err(
+        &agentic,
+        &[
+            "algorithm.advantage.kind=gigpo",
+            "algorithm.advantage.episode_normalization.mean=state",
+        ],
+    );
+    assert!(err.to_string().contains("episode_normalization"), "{err}");
+}

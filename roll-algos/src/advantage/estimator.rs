@@ -4,12 +4,15 @@ use serde::{Deserialize, Serialize};
 
 use super::agentic::agentic_reinforce_returns;
 use super::gae::gae;
-use super::gigpo::{StepInfo, gigpo_advantages};
+use super::gigpo::gigpo_advantages;
 use super::grpo::grpo_advantages;
 use super::raft::raft_pp_advantages;
 use super::reinforce::{last_valid_index, reinforce_returns};
 use super::reinforce_pp::reinforce_pp_advantages;
 use super::rloo::rloo_advantages;
+use super::step_norm::{EpisodeNormalization, StepNormalization};
+use super::step_reinforce::step_reinforce_advantages;
+use super::steps::StepInfo;
 use crate::shaping::AdvantageShaping;
 use crate::shaping::config::zero_masked;
 use crate::shaping::stats::{check_finite, check_finite_masked, check_len, ensure};
@@ -23,6 +26,11 @@ const MISSING_VALUES: AlgoError = AlgoError::MissingInput {
 const MISSING_STEPS: AlgoError = AlgoError::MissingInput {
     what: "steps",
     needed_by: "advantage.kind = \"gigpo\"",
+};
+
+const MISSING_STEPS_STEP_REINFORCE: AlgoError = AlgoError::MissingInput {
+    what: "steps",
+    needed_by: "advantage.kind = \"step_reinforce\"",
 };
 
 fn one() -> f32 {
@@ -47,6 +55,10 @@ fn yes() -> bool {
 /// `kind = "gae"` / `gamma = 1.0` / `lambda = 0.95`; every setting has ROLL's default and may be left
 /// out, and unknown keys are rejected. ROLL's spellings `lambd`, `episode_reward_weight` and
 /// `step_reward_weight` are accepted as aliases.
+///
+/// [`Gigpo`](Self::Gigpo) and [`StepReinforce`](Self::StepReinforce) are step-level: each row is
+/// one environment step of a multi-turn episode, described by [`AdvantageInput::steps`]
+/// (see [`is_step_level`](Self::is_step_level)).
 ///
 /// Every estimator works in two steps (see [`AdvantageEstimator::compute`]): a per-sequence
 /// advantage computed from the sequence rewards (the baseline: group mean, leave-one-out, ...),
@@ -132,9 +144,30 @@ pub enum AdvantageEstimator {
         /// Discount γ_s ∈ [0, 1] of the step rewards within an episode (default 0.95).
         #[serde(default = "default_step_reward_gamma")]
         step_reward_gamma: f32,
-        /// Divide both components by their group std (default true); false = mean-centring only.
+        /// How the episode scores are normalised (default `{ mean = "group", std = "group" }`,
+        /// the paper's; ROLL's `reward_normalization`).
+        #[serde(default = "EpisodeNormalization::group")]
+        episode_normalization: EpisodeNormalization,
+        /// Divide the step component by its anchor-state std (default true); false =
+        /// mean-centring only.
         #[serde(default = "yes")]
-        std_normalize: bool,
+        step_std_normalize: bool,
+    },
+    /// Step-level REINFORCE (ROLL's agentic `step_reinforce`): each row is one environment step;
+    /// `A` = the step's discounted return within its episode, normalised over step-samples by
+    /// `normalization` ([`step_reinforce_advantages`]), then the
+    /// REINFORCE return over the step's response. Needs [`AdvantageInput::steps`].
+    StepReinforce {
+        /// Discount γ ∈ [0, 1] of the token-level return (default 1).
+        #[serde(default = "one")]
+        gamma: f32,
+        /// Discount γ_s ∈ [0, 1] of the step rewards within an episode (default 0.95, ROLL's).
+        #[serde(default = "default_step_reward_gamma")]
+        step_reward_gamma: f32,
+        /// How the step returns are normalised (default `{ mean = "group", std = "group" }`;
+        /// ROLL's `reward_normalization`, whose own default is none).
+        #[serde(default = "StepNormalization::group")]
+        normalization: StepNormalization,
     },
     /// Agentic REINFORCE over a multi-turn trajectory (ROLL's `agentic_reinforce`): each row is a
     /// whole trajectory whose mask has one segment per assistant turn; every token of a turn gets
@@ -167,7 +200,7 @@ impl Default for AdvantageEstimator {
 #[derive(Debug, Clone, Copy)]
 pub struct AdvantageInput<'a> {
     /// `[B]`: one scalar reward per response (after [`RewardShaping`](crate::shaping::RewardShaping)):
-    /// the verifier's reward in RLVR, the environment's step reward for GiGPO rows, the final
+    /// the verifier's reward in RLVR, the environment's step reward for step-level rows (GiGPO, step REINFORCE), the final
     /// trajectory reward (or 0) for agentic REINFORCE.
     pub sequence_rewards: &'a [f32],
     /// `[B, seq_len]`: the loss mask, `true` = the token is trained on.
@@ -181,7 +214,8 @@ pub struct AdvantageInput<'a> {
     pub values: Option<&'a [f32]>,
     /// Samples per prompt; groups are contiguous (used by GRPO and RLOO; default 1).
     pub group_size: usize,
-    /// `[B]`: episode, step and state of each row; required by GiGPO, ignored otherwise.
+    /// `[B]`: episode, step, state and tag of each row; required by the step-level estimators
+    /// (GiGPO, step REINFORCE), ignored otherwise.
     pub steps: Option<&'a [StepInfo]>,
 }
 
@@ -218,7 +252,7 @@ impl<'a> AdvantageInput<'a> {
         self
     }
 
-    /// Adds GiGPO's step information `[B]`.
+    /// Adds the step information `[B]` of the step-level estimators.
     pub fn with_steps(mut self, steps: &'a [StepInfo]) -> Self {
         self.steps = Some(steps);
         self
@@ -229,11 +263,12 @@ impl<'a> AdvantageInput<'a> {
         self.sequence_rewards.len()
     }
 
-    /// Checks presence, shapes and finiteness: `values` is given for GAE and `steps` for GiGPO;
+    /// Checks presence, shapes and finiteness: `values` is given for GAE and `steps` for the
+    /// step-level estimators;
     /// `mask`, `token_rewards`, `values` hold `B·seq_len` entries and `steps` holds `B`; sequence
     /// rewards are finite, and so are token rewards and values at valid positions (masked positions
     /// may hold anything).
-    fn check(&self, needs_values: bool, needs_steps: bool) -> Result<()> {
+    fn check(&self, needs_values: bool, needs_steps: Option<AlgoError>) -> Result<()> {
         let tokens = self.rows().saturating_mul(self.seq_len);
         check_len("mask", tokens, self.mask.len())?;
         check_finite("sequence_rewards", self.sequence_rewards)?;
@@ -246,8 +281,8 @@ impl<'a> AdvantageInput<'a> {
             check_len("values", tokens, v.len())?;
             check_finite_masked("values", v, self.mask)?;
         }
-        if needs_steps {
-            let s = self.steps.ok_or(MISSING_STEPS)?;
+        if let Some(missing) = needs_steps {
+            let s = self.steps.ok_or(missing)?;
             check_len("steps", self.rows(), s.len())?;
         }
         Ok(())
@@ -280,6 +315,7 @@ impl AdvantageEstimator {
             Self::Rloo { .. } => "rloo",
             Self::RaftPlusPlus { .. } => "raft_plus_plus",
             Self::Gigpo { .. } => "gigpo",
+            Self::StepReinforce { .. } => "step_reinforce",
             Self::AgenticReinforce { .. } => "agentic_reinforce",
         }
     }
@@ -294,6 +330,7 @@ impl AdvantageEstimator {
             | Self::Rloo { gamma }
             | Self::RaftPlusPlus { gamma }
             | Self::Gigpo { gamma, .. }
+            | Self::StepReinforce { gamma, .. }
             | Self::AgenticReinforce { gamma } => gamma,
         }
     }
@@ -302,6 +339,31 @@ impl AdvantageEstimator {
     /// be trained.
     pub fn uses_critic(&self) -> bool {
         matches!(self, Self::Gae { .. })
+    }
+
+    /// Whether each row is one environment step described by [`AdvantageInput::steps`] (GiGPO,
+    /// step REINFORCE) rather than a whole response or trajectory.
+    pub fn is_step_level(&self) -> bool {
+        matches!(self, Self::Gigpo { .. } | Self::StepReinforce { .. })
+    }
+
+    /// Whether [`StepInfo::state`] is read: GiGPO groups steps by anchor state, step REINFORCE
+    /// when a statistic of its normalisation is taken over states.
+    pub fn uses_states(&self) -> bool {
+        match self {
+            Self::Gigpo { .. } => true,
+            Self::StepReinforce { normalization, .. } => normalization.uses_states(),
+            _ => false,
+        }
+    }
+
+    /// The error when a step-level estimator gets no steps (`None` for the others).
+    fn missing_steps(&self) -> Option<AlgoError> {
+        match self {
+            Self::Gigpo { .. } => Some(MISSING_STEPS),
+            Self::StepReinforce { .. } => Some(MISSING_STEPS_STEP_REINFORCE),
+            _ => None,
+        }
     }
 
     /// Checks every setting: discounts and λ in `[0, 1]`, GiGPO weights finite and ≥ 0. The error
@@ -326,6 +388,9 @@ impl AdvantageEstimator {
                     ensure(w.is_finite() && w >= 0.0, key, w, "a finite number ≥ 0")?;
                 }
             }
+            Self::StepReinforce {
+                step_reward_gamma, ..
+            } => unit("advantage.step_reward_gamma", step_reward_gamma)?,
             _ => {}
         }
         Ok(())
@@ -335,7 +400,8 @@ impl AdvantageEstimator {
     /// rewards — the reward itself for GAE, REINFORCE and agentic REINFORCE, otherwise the
     /// estimator's baseline-corrected value (see each variant).
     ///
-    /// Fails when the group layout does not fit the batch, or GiGPO has no (or too few) steps.
+    /// Fails when the group layout does not fit the batch, or a step-level estimator has no (or
+    /// too few) steps.
     pub fn sequence_advantages(&self, input: &AdvantageInput<'_>) -> Result<Vec<f32>> {
         let rewards = input.sequence_rewards;
         match *self {
@@ -352,12 +418,27 @@ impl AdvantageEstimator {
                 episode_weight,
                 step_weight,
                 step_reward_gamma,
-                std_normalize,
+                episode_normalization,
+                step_std_normalize,
                 ..
             } => {
                 let steps = input.steps.ok_or(MISSING_STEPS)?;
-                let parts = gigpo_advantages(rewards, steps, step_reward_gamma, std_normalize)?;
+                let parts = gigpo_advantages(
+                    rewards,
+                    steps,
+                    step_reward_gamma,
+                    episode_normalization,
+                    step_std_normalize,
+                )?;
                 Ok(parts.combined(episode_weight, step_weight))
+            }
+            Self::StepReinforce {
+                step_reward_gamma,
+                normalization,
+                ..
+            } => {
+                let steps = input.steps.ok_or(MISSING_STEPS_STEP_REINFORCE)?;
+                step_reinforce_advantages(rewards, steps, step_reward_gamma, normalization)
             }
         }
     }
@@ -380,7 +461,7 @@ impl AdvantageEstimator {
     ///
     /// # Errors
     /// [`AlgoError::InvalidValue`] for invalid settings; [`AlgoError::MissingInput`] when GAE has
-    /// no values or GiGPO no steps; [`AlgoError::LengthMismatch`] when the inputs do not fit
+    /// no values or a step-level estimator no steps; [`AlgoError::LengthMismatch`] when the inputs do not fit
     /// `[B, seq_len]`; [`AlgoError::GroupSize`] when `group_size` does not divide `B` (GRPO, RLOO);
     /// [`AlgoError::NonFinite`] for a NaN or infinite reward or value at a valid position.
     pub fn compute(
@@ -390,7 +471,7 @@ impl AdvantageEstimator {
     ) -> Result<AdvantageOutput> {
         self.validate()?;
         shaping.validate()?;
-        input.check(self.uses_critic(), matches!(self, Self::Gigpo { .. }))?;
+        input.check(self.uses_critic(), self.missing_steps())?;
         let sequence_advantages = self.sequence_advantages(input)?;
 
         let t = input.seq_len;
@@ -446,6 +527,7 @@ impl AdvantageEstimator {
 mod tests {
     use super::*;
 
+    use crate::advantage::NormScope;
     use crate::test_util::assert_close;
 
     const NONE: AdvantageShaping = AdvantageShaping {
@@ -490,8 +572,47 @@ mod tests {
                 episode_weight: 0.5,
                 step_weight: 1.0,
                 step_reward_gamma: 0.95,
-                std_normalize: true
+                episode_normalization: EpisodeNormalization::group(),
+                step_std_normalize: true
             }
+        );
+        // GiGPO's former `std_normalize` (both parts) is refused rather than silently narrowed.
+        assert!(
+            serde_json::from_str::<AdvantageEstimator>(r#"{"kind":"gigpo","std_normalize":false}"#)
+                .is_err()
+        );
+        let e: AdvantageEstimator = serde_json::from_str(
+            r#"{"kind":"step_reinforce","step_reward_gamma":1.0,
+                "normalization":{"mean":"traj_group_id","std":"batch"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            e,
+            AdvantageEstimator::StepReinforce {
+                gamma: 1.0,
+                step_reward_gamma: 1.0,
+                normalization: StepNormalization {
+                    mean: NormScope::Group,
+                    std: NormScope::Batch
+                }
+            }
+        );
+        assert!(e.is_step_level() && !e.uses_states());
+        let e: AdvantageEstimator = serde_json::from_str(r#"{"kind":"step_reinforce"}"#).unwrap();
+        assert_eq!(
+            e,
+            AdvantageEstimator::StepReinforce {
+                gamma: 1.0,
+                step_reward_gamma: 0.95,
+                normalization: StepNormalization::group()
+            }
+        );
+        assert_eq!(e.name(), "step_reinforce");
+        assert!(
+            serde_json::from_str::<AdvantageEstimator>(
+                r#"{"kind":"step_reinforce","normalization":{"grouping":"batch"}}"#
+            )
+            .is_err()
         );
         for kind in [
             "reinforce",
@@ -552,10 +673,19 @@ mod tests {
             episode_weight: -1.0,
             step_weight: 1.0,
             step_reward_gamma: 0.95,
-            std_normalize: true,
+            episode_normalization: EpisodeNormalization::group(),
+            step_std_normalize: true,
         };
         assert!(
             matches!(e.validate(), Err(AlgoError::InvalidValue { key, .. }) if key == "advantage.episode_weight")
+        );
+        let e = AdvantageEstimator::StepReinforce {
+            gamma: 1.0,
+            step_reward_gamma: 1.5,
+            normalization: StepNormalization::group(),
+        };
+        assert!(
+            matches!(e.validate(), Err(AlgoError::InvalidValue { key, .. }) if key == "advantage.step_reward_gamma")
         );
         assert!(AdvantageEstimator::default().validate().is_ok());
     }
@@ -674,12 +804,14 @@ mod tests {
                 episode: 0,
                 step: 0,
                 state: 7,
+                tag: 0,
             },
             StepInfo {
                 group: 0,
                 episode: 1,
                 step: 0,
                 state: 7,
+                tag: 0,
             },
         ];
         let input = AdvantageInput::new(&[1.0, 0.0], &[true, true], 1).with_steps(&steps);
@@ -688,13 +820,52 @@ mod tests {
             episode_weight: 1.0,
             step_weight: 1.0,
             step_reward_gamma: 0.95,
-            std_normalize: true,
+            episode_normalization: EpisodeNormalization::group(),
+            step_std_normalize: true,
         };
         let out = e.compute(&input, &NONE).unwrap();
         // A_ep = A_step = ±0.7071058 → ±1.4142116.
         assert_close(&out.advantages, &[1.414_211_6, -1.414_211_6]);
         let missing = AdvantageInput::new(&[1.0, 0.0], &[true, true], 1);
         assert_eq!(e.compute(&missing, &NONE), Err(MISSING_STEPS));
+    }
+
+    #[test]
+    fn step_reinforce_batch_uses_steps() {
+        // One episode of two steps (rows given in reverse), rewards 0 (step 0) and 1 (step 1),
+        // two tokens per row with the second of row 1 padded; γ_s = 0.5, γ = 1.
+        // G: step 1 → 1, step 0 → 0 + 0.5·1 = 0.5. Batch mean 0.75, no std → ±0.25.
+        // Row 0 (step 1): 0.25 on both tokens; row 1 (step 0): −0.25 on its token.
+        let steps = [
+            StepInfo {
+                step: 1,
+                ..StepInfo::default()
+            },
+            StepInfo::default(),
+        ];
+        let mask = [true, true, true, false];
+        let input = AdvantageInput::new(&[1.0, 0.0], &mask, 2).with_steps(&steps);
+        let e = AdvantageEstimator::StepReinforce {
+            gamma: 1.0,
+            step_reward_gamma: 0.5,
+            normalization: StepNormalization {
+                mean: NormScope::Batch,
+                std: NormScope::None,
+            },
+        };
+        let out = e.compute(&input, &NONE).unwrap();
+        assert_close(&out.sequence_advantages, &[0.25, -0.25]);
+        assert_close(&out.advantages, &[0.25, 0.25, -0.25, 0.0]);
+        let missing = AdvantageInput::new(&[1.0, 0.0], &mask, 2);
+        assert_eq!(
+            e.compute(&missing, &NONE),
+            Err(MISSING_STEPS_STEP_REINFORCE)
+        );
+        let short = input.with_steps(&steps[..1]);
+        assert!(matches!(
+            e.compute(&short, &NONE),
+            Err(AlgoError::LengthMismatch { what: "steps", .. })
+        ));
     }
 
     #[test]

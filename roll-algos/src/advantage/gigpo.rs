@@ -3,22 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use super::step_norm::{EpisodeNormalization, StepNormalization};
+use super::steps::{StepInfo, step_returns};
 use crate::Result;
-use crate::shaping::stats::{check_len, normalize_in_place};
-
-/// Where one step-sample (one environment step of one episode, trained as its own sequence) sits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct StepInfo {
-    /// The episode group: the episodes rolled out from the same initial state (same env seed).
-    pub group: u64,
-    /// The episode (trajectory) within its group.
-    pub episode: u64,
-    /// The step's position within its episode (0-based; only the order matters).
-    pub step: u32,
-    /// A hash of the observation the step acted on; equal hashes within a group are the same
-    /// anchor state.
-    pub state: u64,
-}
+use crate::shaping::stats::normalize_in_place;
 
 /// The two GiGPO components of every step-sample, and the discounted step returns they came from.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -49,24 +37,28 @@ impl GigpoAdvantages {
 /// ```text
 /// G_t    = r_t + γ_s·G_{t+1}                       within each episode, steps ordered by `step`
 /// R(τ)   = Σ_t r_t                                 episode score (undiscounted)
-/// A_ep   = (R(τ) − mean_group R) / (std_group R + 1e-6)      over the episodes of a group
+/// A_ep   = normalise(R)(τ)                         over episodes, by `episode_normalization`
+///                                                  (the paper: (R − mean_group R) / (std_group R + 1e-6))
 /// A_step = (G_t − mean_anchor G) / (std_anchor G + 1e-6)     over the steps of a group that acted
 ///                                                            on the same state
 /// ```
 ///
-/// with unbiased standard deviations; with `std_normalize = false` both use `x − mean` only (the
-/// paper's "mean" normalisation, `F_norm = 1`). A group with one episode, or an anchor state met
-/// once, gets 0 (see [`normalize_in_place`]). Combine the components with
+/// with unbiased standard deviations (see [`StepNormalization`] for the episode part); with
+/// `step_std_normalize = false` the step part is `G_t − mean_anchor G` only (the paper's "mean"
+/// normalisation, `F_norm = 1`). An anchor state met once gets 0 (see [`normalize_in_place`]), and
+/// so does an episode alone in its std scope. Combine the components with
 /// [`GigpoAdvantages::combined`]; the token-level advantage is the REINFORCE return of the
 /// combination on the step-sample's response.
 ///
-/// Episodes are keyed by `(group, episode)`, anchor states by `(group, state)`. The episode score
-/// is the sum of the episode's step rewards present in the batch (ROLL's `episode_scores` when every
-/// step is present).
+/// Episodes are keyed by `(group, episode)`, anchor states by `(group, state)` (see
+/// [`step_returns`]); an episode's tag is that of its first step. The episode score is the sum of
+/// the episode's step rewards present in the batch (ROLL's `episode_scores` when every step is
+/// present).
 ///
 /// Differences from ROLL: ROLL normalises the episode score over step-samples (an episode counts
-/// once per step, so long episodes weigh more in the group mean and std); here, as in the paper,
-/// each episode counts once.
+/// once per step, so long episodes weigh more in the mean and std); here, as in the paper, each
+/// episode counts once. ROLL's step part follows the configured `method` (identity, mean or
+/// mean-std); here it always subtracts the anchor mean.
 ///
 /// # Shapes
 /// `step_rewards`, `steps`: `[N]`; every output `[N]`. Fails with
@@ -75,35 +67,22 @@ pub fn gigpo_advantages(
     step_rewards: &[f32],
     steps: &[StepInfo],
     step_reward_gamma: f32,
-    std_normalize: bool,
+    episode_normalization: EpisodeNormalization,
+    step_std_normalize: bool,
 ) -> Result<GigpoAdvantages> {
-    check_len("steps", step_rewards.len(), steps.len())?;
     let n = steps.len();
+    let layout = step_returns(step_rewards, steps, step_reward_gamma)?;
 
-    let mut episodes: BTreeMap<(u64, u64), Vec<usize>> = BTreeMap::new();
-    for (i, s) in steps.iter().enumerate() {
-        episodes.entry((s.group, s.episode)).or_default().push(i);
-    }
-    let mut step_returns = vec![0.0f32; n];
-    let mut groups: BTreeMap<u64, Vec<(f32, Vec<usize>)>> = BTreeMap::new();
-    for ((group, _), mut rows) in episodes {
-        rows.sort_by_key(|&i| steps[i].step);
-        let mut g = 0.0f32;
-        for &i in rows.iter().rev() {
-            g = step_rewards[i] + step_reward_gamma * g;
-            step_returns[i] = g;
-        }
-        let score: f32 = rows.iter().map(|&i| step_rewards[i]).sum();
-        groups.entry(group).or_default().push((score, rows));
-    }
-
+    let mut scores: Vec<f32> = layout.episodes.iter().map(|e| e.score).collect();
+    let first: Vec<StepInfo> = layout
+        .episodes
+        .iter()
+        .map(|e| e.rows.first().map_or_else(StepInfo::default, |&i| steps[i]))
+        .collect();
+    StepNormalization::from(episode_normalization).apply(&mut scores, &first)?;
     let mut episode = vec![0.0f32; n];
-    for members in groups.values() {
-        let mut scores: Vec<f32> = members.iter().map(|(s, _)| *s).collect();
-        normalize_in_place(&mut scores, std_normalize);
-        for ((_, rows), a) in members.iter().zip(scores) {
-            rows.iter().for_each(|&i| episode[i] = a);
-        }
+    for (e, a) in layout.episodes.iter().zip(scores) {
+        e.rows.iter().for_each(|&i| episode[i] = a);
     }
 
     let mut anchors: BTreeMap<(u64, u64), Vec<usize>> = BTreeMap::new();
@@ -112,8 +91,8 @@ pub fn gigpo_advantages(
     }
     let mut step = vec![0.0f32; n];
     for rows in anchors.values() {
-        let mut returns: Vec<f32> = rows.iter().map(|&i| step_returns[i]).collect();
-        normalize_in_place(&mut returns, std_normalize);
+        let mut returns: Vec<f32> = rows.iter().map(|&i| layout.returns[i]).collect();
+        normalize_in_place(&mut returns, step_std_normalize);
         for (&i, a) in rows.iter().zip(returns) {
             step[i] = a;
         }
@@ -122,7 +101,7 @@ pub fn gigpo_advantages(
     Ok(GigpoAdvantages {
         episode,
         step,
-        step_returns,
+        step_returns: layout.returns,
     })
 }
 
@@ -131,6 +110,7 @@ pub fn gigpo_advantages(
 mod tests {
     use super::*;
 
+    use crate::advantage::EpisodeNormScope;
     use crate::test_util::assert_close;
 
     fn step(group: u64, episode: u64, step: u32, state: u64) -> StepInfo {
@@ -139,6 +119,7 @@ mod tests {
             episode,
             step,
             state,
+            tag: 0,
         }
     }
 
@@ -161,7 +142,8 @@ mod tests {
     #[test]
     fn two_trajectory_example() {
         let (rewards, steps) = two_trajectories();
-        let out = gigpo_advantages(&rewards, &steps, 0.5, true).unwrap();
+        let out =
+            gigpo_advantages(&rewards, &steps, 0.5, EpisodeNormalization::group(), true).unwrap();
         // Step returns (γ_s = 0.5): episode 0 → [0.5, 1]; episode 1 → [0, 0, 0]; group 1 → [1].
         assert_close(&out.step_returns, &[0.0, 0.5, 0.0, 1.0, 0.0, 1.0]);
         // Episode scores {1, 0}: mean 0.5, std 0.7071068 → ±0.7071058; group 1 has one episode → 0.
@@ -187,15 +169,40 @@ mod tests {
     #[test]
     fn mean_only_normalisation() {
         let (rewards, steps) = two_trajectories();
-        let out = gigpo_advantages(&rewards, &steps, 0.5, false).unwrap();
+        let mean = EpisodeNormalization {
+            mean: EpisodeNormScope::Group,
+            std: EpisodeNormScope::None,
+        };
+        let out = gigpo_advantages(&rewards, &steps, 0.5, mean, false).unwrap();
         assert_close(&out.episode, &[-0.5, 0.5, -0.5, 0.5, -0.5, 0.0]);
         assert_close(&out.step, &[-0.5, 0.25, -0.25, 0.5, 0.0, 0.0]);
     }
 
     #[test]
+    fn episode_statistics_over_tags_across_groups() {
+        // Tag 7: group 0's episodes (scores 1, 0) and group 1's episode (score 1); tag 8: none.
+        // Episode scores over tag 7 {1, 0, 1}: mean 2/3, std sqrt(1/3) = 0.5773503
+        // → (1 − 2/3)/0.5773513 = 0.5773493, (0 − 2/3)/0.5773513 = −1.1546986.
+        let (rewards, mut steps) = two_trajectories();
+        steps.iter_mut().for_each(|s| s.tag = 7);
+        let by_tag = EpisodeNormalization {
+            mean: EpisodeNormScope::Tag,
+            std: EpisodeNormScope::Tag,
+        };
+        let out = gigpo_advantages(&rewards, &steps, 0.5, by_tag, true).unwrap();
+        let (p, m) = (0.577_349_3, -1.154_698_6);
+        assert_close(&out.episode, &[m, p, m, p, m, p]);
+        // Over the group instead, group 1's lone episode gets 0 (see `two_trajectory_example`).
+        let by_group =
+            gigpo_advantages(&rewards, &steps, 0.5, EpisodeNormalization::group(), true).unwrap();
+        assert_eq!(by_group.episode[5], 0.0);
+    }
+
+    #[test]
     fn length_mismatch_is_an_error() {
-        assert!(gigpo_advantages(&[1.0], &[], 0.95, true).is_err());
-        let empty = gigpo_advantages(&[], &[], 0.95, true).unwrap();
+        let g = EpisodeNormalization::group();
+        assert!(gigpo_advantages(&[1.0], &[], 0.95, g, true).is_err());
+        let empty = gigpo_advantages(&[], &[], 0.95, g, true).unwrap();
         assert_eq!(empty, GigpoAdvantages::default());
     }
 }

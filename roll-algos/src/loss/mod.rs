@@ -8,7 +8,7 @@
 //! | concept | settings ([`config`]) | computation (feature `tensor`) |
 //! |---|---|---|
 //! | masked reductions | | [`masked`]: [`masked_sum`](masked::masked_sum), [`masked_mean`](masked::masked_mean), [`row_sum`](masked::row_sum), … |
-//! | importance ratio | [`RatioLevel`] | [`ratio`]: [`token_ratio`], [`sequence_ratio`] (GSPO), [`importance_ratio`] |
+//! | importance ratio | [`RatioLevel`] | [`ratio`]: [`token_ratio`], [`segment_ratio`] (agentic turns), [`sequence_ratio`] (GSPO), [`importance_ratio`] |
 //! | PPO | [`DEFAULT_DUAL_CLIP`], [`roll_dual_clip`] | [`ppo`]: [`ppo_clip_loss`] (clip-higher, dual clip) |
 //! | PG variants | | [`pg_variants`]: [`vanilla_pg_loss`], [`tis_loss`], [`topr_loss`], [`cispo_loss`], [`kimi15_loss`] |
 //! | selector | [`PolicyLoss`] | [`policy_loss`]: [`PolicyLoss::token_loss`] → [`TokenLoss`] |
@@ -69,6 +69,6 @@ pub use pg_variants::{cispo_loss, kimi15_loss, tis_loss, topr_loss, vanilla_pg_l
 #[cfg(feature = "tensor")]
 pub use ppo::ppo_clip_loss;
 #[cfg(feature = "tensor")]
-pub use ratio::{importance_ratio, log_ratio, sequence_ratio, token_ratio};
+pub use ratio::{importance_ratio, log_ratio, segment_ratio, sequence_ratio, token_ratio};
 #[cfg(feature = "tensor")]
 pub use token_loss::TokenLoss;

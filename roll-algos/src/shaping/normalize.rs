@@ -1,10 +1,12 @@
 //! Sequence-reward normalisation with a mean type and a std type (ROLL's `norm_mean_type` /
 //! `norm_std_type`).
 
+use std::hash::Hash;
+
 use serde::{Deserialize, Serialize};
 
 use super::running::RunningMoments;
-use super::stats::{Moments, group_count, standardize};
+use super::stats::{Moments, check_len, group_count, moments_by_key, standardize_value};
 use crate::Result;
 
 /// Where a normalisation statistic comes from.
@@ -14,7 +16,8 @@ pub enum NormKind {
     /// Not used: the mean is 0, or there is no division by a std.
     #[default]
     None,
-    /// The statistic of the sample's own group (the `group_size` contiguous samples of one prompt).
+    /// The statistic of the sample's own group: the `group_size` contiguous samples of one prompt
+    /// in [`normalize_rewards`], the samples with an equal key in [`normalize_by_key`].
     Group,
     /// The statistic of the whole batch handed in (ROLL normalises one domain's batch at a time).
     Batch,
@@ -26,7 +29,7 @@ pub enum NormKind {
 ///
 /// `y = (r − μ) / (σ + 1e-6)` when `std` is not [`NormKind::None`], else `y = r − μ`, where `μ` is
 /// chosen by `mean` (0 for `None`) and `σ` by `std`. A σ of at most 1e-6 (a group of one, an
-/// all-equal group) gives `y = 0` (see [`standardize`]).
+/// all-equal group) gives `y = 0` (see [`standardize`](super::stats::standardize)).
 ///
 /// Recipes in ROLL's terms: GRPO = group/group (the GRPO estimator here does this itself),
 /// REINFORCE++ = batch/batch, LitePPO = group mean with batch std. Serialised as
@@ -65,7 +68,8 @@ impl RewardNormalization {
 /// Normalises one domain's sequence rewards in place (formula on [`RewardNormalization`]).
 ///
 /// * Group statistics use contiguous groups of `group_size` samples (samples `[k·n, (k+1)·n)` are the
-///   answers to prompt `k`); `group_size` is only checked when a group statistic is used.
+///   answers to prompt `k`); `group_size` is only checked when a group statistic is used. This is
+///   [`normalize_by_key`] with the keys `⌊i / n⌋`.
 /// * Batch statistics use every reward in `rewards`.
 /// * Running statistics: `running` is first updated with `rewards`, then its mean and std are used
 ///   (as ROLL does). Pass the moments of the domain being normalised
@@ -81,30 +85,61 @@ pub fn normalize_rewards(
     norm: RewardNormalization,
     running: &mut RunningMoments,
 ) -> Result<()> {
-    if norm.is_identity() {
-        return Ok(());
-    }
-    let chunk = if norm.uses_group() {
+    let n = if norm.uses_group() {
         group_count(rewards.len(), group_size)?;
         group_size
     } else {
         rewards.len().max(1)
     };
+    let keys: Vec<usize> = (0..rewards.len()).map(|i| i / n).collect();
+    normalize_by_key(rewards, &keys, norm, running)
+}
+
+/// Normalises rewards in place where a group is every sample with an equal key: not necessarily
+/// contiguous, not necessarily of equal sizes (ROLL's agentic `agentic_reward_norm`, which groups
+/// by `reward_normalization.grouping`: `traj_group_id`, `tags`, `state_group_id`, ...).
+///
+/// ```text
+/// y_i = (r_i − μ_i) / (σ_i + 1e-6)   or   y_i = r_i − μ_i  (std = none)
+/// ```
+///
+/// with `μ_i`, `σ_i` the moments of `{r_j : keys_j = keys_i}` for [`NormKind::Group`], of every
+/// reward for [`NormKind::Batch`], and of the running moments (updated with `rewards` first) for
+/// [`NormKind::Running`]; `σ_i ≤ 1e-6` (a key met once, an all-equal set) gives `y_i = 0` (see
+/// [`standardize`](super::stats::standardize)). Keys are only read by group statistics.
+///
+/// # Shapes
+/// `rewards`, `keys`: `[N]`. Fails with
+/// [`AlgoError::LengthMismatch`](crate::AlgoError::LengthMismatch) when the lengths differ.
+pub fn normalize_by_key<K: Eq + Hash>(
+    rewards: &mut [f32],
+    keys: &[K],
+    norm: RewardNormalization,
+    running: &mut RunningMoments,
+) -> Result<()> {
+    check_len("keys", rewards.len(), keys.len())?;
+    if norm.is_identity() {
+        return Ok(());
+    }
     if norm.uses_running() {
         running.update(rewards);
     }
     let batch = Moments::of(rewards);
-    for group in rewards.chunks_mut(chunk) {
-        let own = Moments::of(group);
+    let own = if norm.uses_group() {
+        moments_by_key(rewards, keys)?
+    } else {
+        Vec::new()
+    };
+    for (i, r) in rewards.iter_mut().enumerate() {
         let pick = |kind: NormKind| match kind {
             NormKind::None => None,
-            NormKind::Group => Some((own.mean, own.std)),
+            NormKind::Group => own.get(i).map(|m| (m.mean, m.std)),
             NormKind::Batch => Some((batch.mean, batch.std)),
             NormKind::Running => Some((running.mean(), running.std())),
         };
         let mean = pick(norm.mean).map_or(0.0, |(m, _)| m);
         let std = pick(norm.std).map(|(_, s)| s);
-        standardize(group, mean, std);
+        *r = standardize_value(*r, mean, std);
     }
     Ok(())
 }
@@ -220,6 +255,77 @@ mod tests {
             Err(AlgoError::GroupSize {
                 group_size: 2,
                 batch: 3
+            })
+        );
+    }
+
+    #[test]
+    fn keyed_groups_need_not_be_contiguous_nor_equal() {
+        // Keys 0, 1, 0, 1, 1, 2: set 0 = {1, 3} (mean 2, std 1.4142136 → ±1/1.4142146 = ±0.7071063),
+        // set 1 = {0, 2, 4} (mean 2, std 2 → (x − 2)/2.000001 = ∓0.9999995, 0), set 2 = {9}
+        // (met once → 0).
+        let mut r = [1.0, 0.0, 3.0, 2.0, 4.0, 9.0];
+        normalize_by_key(
+            &mut r,
+            &[0, 1, 0, 1, 1, 2],
+            norm(NormKind::Group, NormKind::Group),
+            &mut RunningMoments::new(),
+        )
+        .unwrap();
+        assert_close(
+            &r,
+            &[
+                -0.707_106_3,
+                -0.999_999_5,
+                0.707_106_3,
+                0.0,
+                0.999_999_5,
+                0.0,
+            ],
+        );
+    }
+
+    #[test]
+    fn keyed_group_mean_with_batch_std() {
+        // ROLL's sokoban example (group mean, batch std). Keys "a", "b", "a": means 2 (a) and 5
+        // (b); batch {1, 5, 3}: std 2 → [(1 − 2)/2.000001, 0, (3 − 2)/2.000001].
+        let mut r = [1.0, 5.0, 3.0];
+        normalize_by_key(
+            &mut r,
+            &["a", "b", "a"],
+            norm(NormKind::Group, NormKind::Batch),
+            &mut RunningMoments::new(),
+        )
+        .unwrap();
+        assert_close(&r, &[-0.499_999_75, 0.0, 0.499_999_75]);
+    }
+
+    #[test]
+    fn keyed_matches_contiguous_groups() {
+        // Keys ⌊i / 2⌋ are the contiguous groups of two of `group_mean_and_std`.
+        let mut a = [1.0, 0.0, 3.0, 3.0];
+        let mut b = a;
+        let n = norm(NormKind::Group, NormKind::Group);
+        normalize_rewards(&mut a, 2, n, &mut RunningMoments::new()).unwrap();
+        normalize_by_key(&mut b, &[0, 0, 1, 1], n, &mut RunningMoments::new()).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn keyed_length_mismatch_is_an_error() {
+        let mut r = [1.0, 2.0];
+        // Even an identity normalisation checks the keys.
+        assert_eq!(
+            normalize_by_key(
+                &mut r,
+                &[0],
+                RewardNormalization::none(),
+                &mut RunningMoments::new()
+            ),
+            Err(AlgoError::LengthMismatch {
+                what: "keys",
+                expected: 2,
+                actual: 1
             })
         );
     }

@@ -11,6 +11,9 @@
 //! * dividing by a standard deviation `σ` means dividing by `σ + 1e-6` ([`STD_EPS`]), and when
 //!   `σ ≤ 1e-6` the result is defined as 0 (the values carry no relative signal).
 
+use std::collections::HashMap;
+use std::hash::Hash;
+
 use crate::{AlgoError, Result};
 
 /// Added to a standard deviation before dividing by it, `x / (σ + STD_EPS)`; also the threshold at
@@ -88,15 +91,41 @@ impl Moments {
 /// so turns round-off in `x − mean` into values of order 1e6 for a nearly constant group; it matches
 /// ROLL's agentic `agentic_reward_norm`.
 pub fn standardize(xs: &mut [f32], mean: f64, std: Option<f64>) {
+    xs.iter_mut()
+        .for_each(|x| *x = standardize_value(*x, mean, std));
+}
+
+/// One value under the rules of [`standardize`]: `x − mean`, `(x − mean) / (σ + 1e-6)`, or 0 when
+/// `σ ≤ 1e-6`.
+pub fn standardize_value(x: f32, mean: f64, std: Option<f64>) -> f32 {
     match std {
-        None => xs
-            .iter_mut()
-            .for_each(|x| *x = (f64::from(*x) - mean) as f32),
-        Some(s) if s.is_nan() || s <= STD_EPS_F64 => xs.iter_mut().for_each(|x| *x = 0.0),
-        Some(s) => xs
-            .iter_mut()
-            .for_each(|x| *x = ((f64::from(*x) - mean) / (s + STD_EPS_F64)) as f32),
+        None => (f64::from(x) - mean) as f32,
+        Some(s) if s.is_nan() || s <= STD_EPS_F64 => 0.0,
+        Some(s) => ((f64::from(x) - mean) / (s + STD_EPS_F64)) as f32,
     }
+}
+
+/// The moments of each value's key set: `out_i = Moments::of({x_j : keys_j = keys_i})`.
+///
+/// A key set is every sample with an equal key, wherever it sits in the batch and however many
+/// there are (ROLL's `DataProto.group_by` before `agentic_reward_norm`); contiguous groups of
+/// `n` are the keys `⌊i / n⌋`. Values are summed in index order, so the result does not depend on
+/// how the keys hash.
+///
+/// # Shapes
+/// `xs`, `keys`: `[N]` → `[N]`. Fails with [`AlgoError::LengthMismatch`] when the lengths differ.
+pub fn moments_by_key<K: Eq + Hash>(xs: &[f32], keys: &[K]) -> Result<Vec<Moments>> {
+    check_len("keys", xs.len(), keys.len())?;
+    let mut members: HashMap<&K, Vec<usize>> = HashMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        members.entry(k).or_default().push(i);
+    }
+    let mut out = vec![Moments::of(&[]); xs.len()];
+    for rows in members.values() {
+        let m = Moments::of_iter(rows.iter().map(|&i| xs[i]));
+        rows.iter().for_each(|&i| out[i] = m);
+    }
+    Ok(out)
 }
 
 /// Normalises a set of values by its own moments, in place:
@@ -231,6 +260,34 @@ mod tests {
         let mut xs = [1.0f32, 3.0];
         standardize(&mut xs, 2.0, Some(1e-7));
         assert_eq!(xs, [0.0, 0.0]);
+    }
+
+    #[test]
+    fn moments_by_key_groups_scattered_keys() {
+        // Keys a, b, a, c, b: set a = {1, 3} (mean 2, std sqrt(2)), set b = {4, 8} (mean 6,
+        // std sqrt(8)), set c = {5} (mean 5, std 0).
+        let m = moments_by_key(&[1.0, 4.0, 3.0, 5.0, 8.0], &['a', 'b', 'a', 'c', 'b']).unwrap();
+        let got: Vec<(usize, f64, f64)> = m.iter().map(|m| (m.count, m.mean, m.std)).collect();
+        let (r2, r8) = (2f64.sqrt(), 8f64.sqrt());
+        let want = [
+            (2, 2.0, r2),
+            (2, 6.0, r8),
+            (2, 2.0, r2),
+            (1, 5.0, 0.0),
+            (2, 6.0, r8),
+        ];
+        for ((n, mean, std), (wn, wmean, wstd)) in got.into_iter().zip(want) {
+            assert!(n == wn && close(mean, wmean) && close(std, wstd), "{m:?}");
+        }
+        assert_eq!(
+            moments_by_key(&[1.0, 2.0], &[0u8]),
+            Err(AlgoError::LengthMismatch {
+                what: "keys",
+                expected: 2,
+                actual: 1
+            })
+        );
+        assert!(moments_by_key::<u8>(&[], &[]).unwrap().is_empty());
     }
 
     #[test]

@@ -82,6 +82,7 @@ use std::path::Path;
 
 use roll_algos::AlgorithmConfig;
 use roll_algos::advantage::AdvantageEstimator;
+use roll_algos::loss::{PolicyLoss, RatioLevel};
 use roll_algos::shaping::RewardShaping;
 use serde::{Deserialize, Serialize};
 
@@ -335,22 +336,47 @@ impl Config {
             );
         }
         let advantage = &self.algorithm.advantage;
-        if matches!(advantage, AdvantageEstimator::Gigpo { .. }) {
+        if advantage.is_step_level() {
+            let kind = format!("\"{}\"", advantage.name());
             if self.pipeline != Pipeline::Agentic {
                 return refuse(
                     "algorithm.advantage.kind",
-                    "\"gigpo\"",
-                    "an estimator over whole responses: GiGPO groups the steps of multi-turn \
-                     trajectories by state, which needs `pipeline = \"agentic\"`",
+                    &kind,
+                    "an estimator over whole responses: GiGPO and step REINFORCE take each turn \
+                     of a multi-turn trajectory as a step, which needs `pipeline = \"agentic\"`",
                 );
             }
             if self.algorithm.reward_shaping != RewardShaping::default() {
                 return refuse(
                     "algorithm.reward_shaping",
                     "a reward shaping",
-                    "none with GiGPO, which normalises its episode and step returns itself",
+                    &format!(
+                        "none with advantage.kind = {kind}, which normalises its step returns \
+                         itself (configure `algorithm.advantage.{}` instead)",
+                        if matches!(advantage, AdvantageEstimator::Gigpo { .. }) {
+                            "episode_normalization"
+                        } else {
+                            "normalization"
+                        }
+                    ),
                 );
             }
+        }
+        if self.pipeline != Pipeline::Agentic
+            && matches!(
+                self.algorithm.objective.policy_loss,
+                PolicyLoss::Ppo {
+                    ratio: RatioLevel::Segment,
+                    ..
+                }
+            )
+        {
+            return refuse(
+                "algorithm.objective.policy_loss.ratio",
+                "\"segment\"",
+                "\"token\" or \"sequence\": a single-turn response is one segment, so a \
+                 segment ratio outside `pipeline = \"agentic\"` is the sequence ratio",
+            );
         }
         if advantage.uses_critic() {
             return refuse(

@@ -39,6 +39,7 @@ const ROLL_KEYS: &[(&str, &str)] = &[
     ("num_env_groups", "agentic.num_groups"),
     ("max_actions_per_traj", "agentic.max_turns"),
     ("max_tokens_per_step", "agentic.max_tokens_per_turn"),
+    ("ratio_type", "algorithm.objective.policy_loss.ratio"),
 ];
 
 /// How similar (Jaro–Winkler, 0..=1) a valid key must be to be suggested.
@@ -118,6 +119,10 @@ mod tests {
         assert_eq!(
             suggest("rollout", "async_generation_ratio", ROLLOUT).as_deref(),
             Some("rollout.max_staleness")
+        );
+        assert_eq!(
+            suggest("algorithm", "ratio_type", &[]).as_deref(),
+            Some("algorithm.objective.policy_loss.ratio")
         );
     }
 }

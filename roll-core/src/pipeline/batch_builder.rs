@@ -6,6 +6,7 @@ use roll_algos::advantage::{AdvantageEstimator, AdvantageInput, StepInfo};
 use roll_algos::kl::kl_slice;
 use roll_algos::shaping::DomainMoments;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 
 /// Per-sample inputs that come from other policies: reference log-probs (for a KL term), critic
 /// values (for GAE) and recomputed old log-probs. Keyed by sample id; each vector covers the
@@ -49,7 +50,9 @@ pub struct BatchStats {
 /// 4. the advantage estimator on the padded `[B, T]` layout.
 ///
 /// For agentic REINFORCE the per-turn rewards are placed on each turn's last token and the
-/// sequence reward is 0; every other estimator takes the sample's reward as its sequence reward.
+/// sequence reward is 0; the step-level estimators (GiGPO, step REINFORCE) take each turn as a
+/// step-sample with the turn's reward (see `step_level_advantages`); every other estimator takes
+/// the sample's reward as its sequence reward.
 ///
 /// # Errors
 /// If a sample has no reward, a needed input (reference log-probs, values) is missing, or an
@@ -204,8 +207,8 @@ pub fn build_train_batch(
         if agentic {
             rewards.iter_mut().for_each(|r| *r = 0.0);
         }
-        let out = if matches!(algorithm.advantage, AdvantageEstimator::Gigpo { .. }) {
-            step_level_advantages(algorithm, &samples, &mask, width)?
+        let out = if algorithm.advantage.is_step_level() {
+            step_level_advantages(algorithm, &samples, &mask, width, domain)?
         } else {
             let mut input = AdvantageInput::new(&rewards, &mask, width)
                 .with_group_size(group_size)
@@ -246,40 +249,55 @@ pub fn build_train_batch(
     Ok((TrainBatch::new(sequences)?, stats))
 }
 
-/// GiGPO on whole trajectories: every assistant turn is one step-sample (its group, its episode
-/// within the group, its index, the key of the state it acted on, the environment's reward for
-/// it), the estimator computes the step-sample advantages over a `[turns, longest turn]` layout,
-/// and each turn's token advantages are written back onto its span of the trajectory. Training
-/// the trajectory as one sequence then equals training each step as its own sequence (ROLL's step
-/// env manager) — without splitting the context.
+/// A step-level estimator (GiGPO, step REINFORCE) on whole trajectories: every assistant turn is
+/// one step-sample (its group, its episode within the group, its index, the key of the state it
+/// acted on, the domain as its tag, the environment's reward for it), the estimator computes the
+/// step-sample advantages over a `[turns, longest turn]` layout, and each turn's token advantages
+/// are written back onto its span of the trajectory. Training the trajectory as one sequence then
+/// equals training each step as its own sequence (ROLL's step env manager) — without splitting
+/// the context.
 fn step_level_advantages(
     algorithm: &AlgorithmConfig,
     samples: &[&Sample],
     mask: &[bool],
     width: usize,
+    domain: &str,
 ) -> Result<roll_algos::advantage::AdvantageOutput> {
     let algo = |e: roll_algos::AlgoError| Error::from_algo(e, "algorithm.");
+    let estimator = &algorithm.advantage;
+    let tag = {
+        let mut h = std::hash::DefaultHasher::new();
+        domain.hash(&mut h);
+        h.finish()
+    };
     let mut steps = Vec::new();
     let mut step_rewards = Vec::new();
     let mut spans = Vec::new();
     for (row, s) in samples.iter().enumerate() {
         for (index, turn) in s.turns().iter().enumerate() {
-            let state = turn.state_key.ok_or_else(|| Error::InvalidValue {
-                key: "algorithm.advantage.kind".into(),
-                value: "\"gigpo\"".into(),
-                allowed: format!(
-                    "an estimator that needs no state keys: turn {index} of {} has none \
-                     (GiGPO groups steps by the observation they acted on, which the agentic \
-                     pipeline records)",
-                    s.id
-                ),
-                origin: None,
-            })?;
+            let state = match turn.state_key {
+                Some(state) => state,
+                None if !estimator.uses_states() => 0,
+                None => {
+                    return Err(Error::InvalidValue {
+                        key: "algorithm.advantage.kind".into(),
+                        value: format!("\"{}\"", estimator.name()),
+                        allowed: format!(
+                            "an estimator that needs no state keys: turn {index} of {} has none \
+                             (GiGPO, and a step normalisation over `state`, group steps by the \
+                             observation they acted on, which the agentic pipeline records)",
+                            s.id
+                        ),
+                        origin: None,
+                    });
+                }
+            };
             steps.push(StepInfo {
                 group: s.group.0,
                 episode: s.id.0,
                 step: u32::try_from(index).unwrap_or(u32::MAX),
                 state,
+                tag,
             });
             step_rewards.push(turn.reward);
             spans.push((row, turn.span.clone()));

@@ -17,13 +17,20 @@ pub fn roll_dual_clip(pg_clip: f32) -> f32 {
     1.0 + 2.0 * pg_clip
 }
 
-/// Granularity of the PPO importance ratio (ROLL's `importance_sampling`).
+/// Granularity of the PPO importance ratio (ROLL's `importance_sampling`, and its agentic
+/// `ratio_type` for [`Segment`](Self::Segment)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RatioLevel {
     /// One ratio per token: `r_bt = exp(logp_bt − old_bt)` (PPO, arXiv:1707.06347).
     #[default]
     Token,
+    /// One ratio per segment (a maximal run of trained tokens: an assistant turn of a
+    /// trajectory), the geometric mean of its token ratios, broadcast to its tokens (ROLL's
+    /// agentic `ratio_type = "segment"`): `r_bt = exp(Σ_{u ∈ S} (logp_bu − old_bu) / |S|)` for
+    /// `t ∈ S`. See [`segment_ratio`](crate::loss::segment_ratio). A config refuses it outside
+    /// the agentic pipeline, where a response is one segment and it is [`Sequence`](Self::Sequence).
+    Segment,
     /// One ratio per sequence, the geometric mean of its token ratios, broadcast to its tokens
     /// (GSPO, arXiv:2507.18071): `r_b = exp(Σ_t m_bt·(logp_bt − old_bt) / max(n_b, 1))`.
     Sequence,
@@ -69,7 +76,8 @@ pub enum PolicyLoss {
         /// uses `c = 1 + 2·pg_clip` = 1.4 ([`roll_dual_clip`]).
         #[serde(default)]
         dual_clip: Option<f32>,
-        /// Token- or sequence-level (GSPO) ratio (ROLL `importance_sampling`).
+        /// Token-, segment- (ROLL agentic `ratio_type`) or sequence-level (GSPO) ratio (ROLL
+        /// `importance_sampling`).
         #[serde(default)]
         ratio: RatioLevel,
     },
@@ -220,6 +228,15 @@ mod tests {
                 ratio: RatioLevel::Sequence
             }
         );
+        let p: PolicyLoss = serde_json::from_str(r#"{"kind":"ppo","ratio":"segment"}"#).unwrap();
+        assert!(matches!(
+            p,
+            PolicyLoss::Ppo {
+                ratio: RatioLevel::Segment,
+                ..
+            }
+        ));
+        assert!(serde_json::from_str::<PolicyLoss>(r#"{"kind":"ppo","ratio":"turn"}"#).is_err());
         let p: PolicyLoss = serde_json::from_str(r#"{"kind":"kimi15"}"#).unwrap();
         assert_eq!(p, PolicyLoss::Kimi15 { tau: 0.1 });
         let p: PolicyLoss = serde_json::from_str(r#"{"kind":"cispo"}"#).unwrap();
