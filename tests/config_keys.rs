@@ -108,6 +108,11 @@ fn every_key_of_the_agentic_config_changes_the_plan_or_is_rejected() {
 }
 
 #[test]
+fn every_key_of_the_agentic_example_config_changes_the_plan_or_is_rejected() {
+    walk("agentic_frozen_lake.toml", &[]);
+}
+
+#[test]
 fn combinations_that_cannot_run_are_refused_at_load_naming_the_key() {
     let path = format!("{ROOT}/examples/configs/rlvr_tiny.toml");
     let load = |overrides: &[&str]| {
