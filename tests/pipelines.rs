@@ -273,5 +273,47 @@ async fn the_example_configs_run() {
     let mut run = RunBuilder::new(agentic).build().expect("build agentic");
     let report = run.step().await.expect("agentic step");
     assert_eq!(report.groups, 2);
+
+    // The agentic example's config: a model from scratch with a learned tokenizer, a multi-turn
+    // warm start, GiGPO, held-out seeds.
+    let lake = ConfigLoader::new()
+        .file(format!("{root}/examples/configs/agentic_frozen_lake.toml"))
+        .overrides([
+            output.as_str(),
+            "run.max_steps=2",
+            "run.eval_every=1",
+            "run.save_every=0",
+            "train.warmup_steps=0",
+            "sft.warmup_steps=0",
+            "model.source.hidden_size=32",
+            "model.source.intermediate_size=64",
+            "model.source.num_hidden_layers=1",
+            "model.source.tokenizer.vocab_size=300",
+            "agentic.num_groups=2",
+            "agentic.group_size=2",
+            "agentic.max_turns=2",
+        ])
+        .load()
+        .expect("agentic_frozen_lake.toml");
+    let episode = |first: &str, second: &str| {
+        SftExample::conversation([
+            ChatMessage::new(Role::User, first),
+            ChatMessage::new(Role::Assistant, "<answer>Right</answer>"),
+            ChatMessage::new(Role::User, second),
+            ChatMessage::new(Role::Assistant, "<answer>Down</answer>"),
+        ])
+    };
+    let warm_start: Vec<SftExample> = (0..8)
+        .map(|i| episode(&format!("Turn 1:\nP_G {i}"), &format!("Turn 2:\n_PG {i}")))
+        .collect();
+    let mut run = RunBuilder::new(lake)
+        .sft_examples(warm_start, [episode("Turn 1:\nP__", "Turn 2:\n_P_")])
+        .eval_seeds([7, 8])
+        .build()
+        .expect("build the agentic example");
+    let summary = run.train().await.expect("the agentic example trains");
+    assert_eq!(summary.rl.len(), 2);
+    assert!(summary.sft.is_some());
+    assert_eq!(summary.evals.len(), 3, "after SFT, RL step 1, after RL");
     let _ = std::fs::remove_dir_all(&out);
 }
