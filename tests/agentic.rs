@@ -79,7 +79,10 @@ async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
             .iter()
             .map(|k| e[format!("ended_{k}")].as_f64().unwrap())
             .sum();
-        assert!((ended - 1.0).abs() < 1e-9, "every episode ended somehow: {e}");
+        assert!(
+            (ended - 1.0).abs() < 1e-9,
+            "every episode ended somehow: {e}"
+        );
         assert!(e["episode_len_mean"].as_f64().unwrap() >= 1.0);
     }
     // The agentic scheduler checkpoints: a resumed run finds its step.
@@ -124,7 +127,11 @@ async fn trajectories_mask_exactly_the_assistant_turns_of_the_rendered_conversat
         let response = traj.response();
         let mask = response.loss_mask();
         let segments = response.segments();
-        assert_eq!(segments.len(), traj.turns().len(), "one masked run per turn");
+        assert_eq!(
+            segments.len(),
+            traj.turns().len(),
+            "one masked run per turn"
+        );
         // Replay the episode: the environment's observations, the agent's decoded actions.
         let mut env = factory.build().unwrap();
         let first = env.reset(traj.prompt.id.0).unwrap();

@@ -38,7 +38,9 @@ async fn main() -> anyhow::Result<()> {
         .agentic
         .as_ref()
         .filter(|a| a.env.kind == "frozen_lake")
-        .ok_or_else(|| anyhow::anyhow!("this example plays `agentic.env.kind = \"frozen_lake\"`"))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!("this example plays `agentic.env.kind = \"frozen_lake\"`")
+        })?;
     let options = roll::env::AgenticScheduler::env_spec(agentic).options;
     let lake: FrozenLakeConfig = serde_json::from_value(serde_json::to_value(options)?)?;
     let data = task.datasets(&mut FrozenLake::new(lake)?, &config)?;

@@ -25,10 +25,18 @@ impl Game for FrozenLake {
         let (gr, gc) = (map.goal() / size, map.goal() % size);
         let mut options = Vec::with_capacity(2);
         if gr != r {
-            options.push(if gr > r { Direction::Down } else { Direction::Up });
+            options.push(if gr > r {
+                Direction::Down
+            } else {
+                Direction::Up
+            });
         }
         if gc != c {
-            options.push(if gc > c { Direction::Right } else { Direction::Left });
+            options.push(if gc > c {
+                Direction::Right
+            } else {
+                Direction::Left
+            });
         }
         match options.len() {
             0 => Direction::Down,

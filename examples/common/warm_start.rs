@@ -74,7 +74,10 @@ pub fn config(default: &str) -> anyhow::Result<Config> {
 impl Task {
     /// Checks the settings.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.sft_episodes > 0, "task.sft_episodes must be at least 1");
+        anyhow::ensure!(
+            self.sft_episodes > 0,
+            "task.sft_episodes must be at least 1"
+        );
         anyhow::ensure!(self.held_out > 0, "task.held_out must be at least 1");
         anyhow::ensure!(
             (0.0..=1.0).contains(&self.expert_share),
@@ -89,7 +92,9 @@ impl Task {
     pub fn datasets(&self, game: &mut impl Game, config: &Config) -> anyhow::Result<Datasets> {
         let max_turns = config.agentic.as_ref().map_or(10, |a| a.max_turns);
         let mut held_out_rng = SplitMix64::new(derive_seed(config.run.seed, "held-out seeds"));
-        let eval_seeds: Vec<u64> = (0..self.held_out).map(|_| held_out_rng.next_u64()).collect();
+        let eval_seeds: Vec<u64> = (0..self.held_out)
+            .map(|_| held_out_rng.next_u64())
+            .collect();
         let mut held_out = HashSet::new();
         for &seed in &eval_seeds {
             game.reset(seed)?;

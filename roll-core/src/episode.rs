@@ -173,7 +173,11 @@ pub async fn play_episode(
         let generated_text = tokenizer.decode(&generation.token_ids)?;
         let step = env.step(&action)?;
         total += step.reward;
-        if let Some(success) = step.info.get("success").and_then(serde_json::Value::as_bool) {
+        if let Some(success) = step
+            .info
+            .get("success")
+            .and_then(serde_json::Value::as_bool)
+        {
             succeeded = Some(success);
         }
         let record = traj.push_turn(

@@ -135,9 +135,7 @@ pub async fn evaluate_episodes(
         .unwrap_or_default()
         .into_iter()
         .zip(seeds.iter())
-        .map(|(o, &seed)| {
-            o.unwrap_or_else(|| failed(seed, "the evaluation thread stopped".into()))
-        })
+        .map(|(o, &seed)| o.unwrap_or_else(|| failed(seed, "the evaluation thread stopped".into())))
         .collect();
     Ok(EpisodeEval {
         outcomes,
@@ -172,7 +170,12 @@ impl Job {
         }
     }
 
-    fn play(&self, env: &mut Option<Box<dyn roll_core::Env>>, i: usize, seed: u64) -> EpisodeOutcome {
+    fn play(
+        &self,
+        env: &mut Option<Box<dyn roll_core::Env>>,
+        i: usize,
+        seed: u64,
+    ) -> EpisodeOutcome {
         if env.is_none() {
             match catch_unwind(AssertUnwindSafe(|| self.factory.build())) {
                 Ok(Ok(e)) => *env = Some(e),

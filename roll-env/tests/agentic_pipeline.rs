@@ -121,7 +121,14 @@ async fn a_restored_agentic_scheduler_plays_the_batch_the_saved_one_would_have()
             .groups
             .iter()
             .flat_map(|g| g.samples())
-            .map(|s| (s.group.0, s.id.0, s.prompt.id.0, s.response().ids().to_vec()))
+            .map(|s| {
+                (
+                    s.group.0,
+                    s.id.0,
+                    s.prompt.id.0,
+                    s.response().ids().to_vec(),
+                )
+            })
             .collect()
     };
     let mut original = scheduler();
@@ -142,6 +149,8 @@ async fn a_restored_agentic_scheduler_plays_the_batch_the_saved_one_would_have()
     // not an agentic one.
     assert!(original.restore_state(state.clone()).is_err());
     let mut foreign = state;
-    foreign.pending.push(roll_core::Prompt::new(roll_core::PromptId(1), "q", "t"));
+    foreign
+        .pending
+        .push(roll_core::Prompt::new(roll_core::PromptId(1), "q", "t"));
     assert!(scheduler().restore_state(foreign).is_err());
 }

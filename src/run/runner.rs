@@ -13,9 +13,9 @@ use roll_backend_burn::{BurnPolicy, CausalLm, SaveOptions};
 use roll_core::config::Config;
 use roll_core::episode::EpisodeConfig;
 use roll_core::pipeline::{RlvrPipeline, SftPipeline, StepReport, evaluate};
-use roll_env::{EnvFactory, evaluate_episodes};
 use roll_core::policy::{Generate, SamplingParams};
 use roll_core::{Error, Prompt, Result, RewardWorker, Tokenizer};
+use roll_env::{EnvFactory, evaluate_episodes};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -166,9 +166,7 @@ impl Run {
                 let path = dir.join("eval_prompts.jsonl");
                 let mut text = String::new();
                 for p in prompts {
-                    text.push_str(
-                        &json!({"prompt": p.text, "answer": p.ground_truth}).to_string(),
-                    );
+                    text.push_str(&json!({"prompt": p.text, "answer": p.ground_truth}).to_string());
                     text.push('\n');
                 }
                 std::fs::write(&path, text)

@@ -82,7 +82,8 @@ pub fn learn_merges(corpus: &[&str], vocab_size: usize) -> Result<Vec<(String, S
     use tokenizers::models::TrainerWrapper;
     use tokenizers::models::bpe::BpeTrainerBuilder;
     use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-    let invalid = |why: String| BackendError::InvalidConfig(format!("model.source.tokenizer: {why}"));
+    let invalid =
+        |why: String| BackendError::InvalidConfig(format!("model.source.tokenizer: {why}"));
     if corpus.iter().all(|t| t.is_empty()) {
         return Err(invalid(
             "a BPE tokenizer learns its merges from the run's SFT texts, and there are none \
@@ -113,7 +114,10 @@ pub fn learn_merges(corpus: &[&str], vocab_size: usize) -> Result<Vec<(String, S
             .map_err(|e| invalid(format!("cannot serialise the trained tokenizer: {e}")))?,
     )
     .map_err(|e| invalid(format!("cannot read the trained tokenizer: {e}")))?;
-    let merges = json["model"]["merges"].as_array().cloned().unwrap_or_default();
+    let merges = json["model"]["merges"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     merges
         .iter()
         .map(|m| match m {

@@ -1,9 +1,9 @@
 //! The SFT pipeline: supervised fine-tuning on prompt/response pairs through the [`Policy`]
 //! trait, with the loss on the response tokens only.
 
+use crate::episode::Transcript;
 use crate::policy::{Objective, ScoreRequest, ScoreSequence};
 use crate::rng::{SplitMix64, mix64};
-use crate::episode::Transcript;
 use crate::tokenizer::{ChatMessage, Role, Tokenizer, encode_prompt};
 use crate::{Error, Policy, Result, SampleId, TrainBatch, TrainSequence};
 use serde::{Deserialize, Serialize};
@@ -313,7 +313,10 @@ impl SftPipeline {
             .iter()
             .map(|&i| sequence(i, &self.train[i]))
             .collect();
-        let tokens = sequences.iter().map(TrainSequence::num_trained_tokens).sum();
+        let tokens = sequences
+            .iter()
+            .map(TrainSequence::num_trained_tokens)
+            .sum();
         let out = self
             .policy
             .train_step(TrainBatch::new(sequences)?, &Objective::sft())
@@ -454,7 +457,11 @@ fn encode_conversation(
         _ => (None, messages),
     };
     for (k, m) in rest.iter().enumerate() {
-        let expected = if k % 2 == 0 { Role::User } else { Role::Assistant };
+        let expected = if k % 2 == 0 {
+            Role::User
+        } else {
+            Role::Assistant
+        };
         if m.role != expected {
             return Err(bad(format!(
                 "message {} is from {:?} where {expected:?} was expected (after an optional \
@@ -627,7 +634,7 @@ mod tests {
         // conversation: the tokens and the trained positions must be the episode's, token by
         // token (ChatML, with the template's <|im_end|> closing each answer after EOS).
         let answers = ["left", "up", "stop"];
-        let agent = Scripted(std::sync::Mutex::new(answers.to_vec().into_iter()));
+        let agent = Scripted(std::sync::Mutex::new(Vec::from(answers).into_iter()));
         let mut env = crate::testing::EchoEnv::new(5);
         let ids = crate::episode::EpisodeIds {
             sample: SampleId(0),
@@ -684,7 +691,10 @@ mod tests {
         for (messages, says) in [
             (vec![user("a"), user("b")], "message 1 is from User"),
             (vec![assistant("a")], "message 0 is from Assistant"),
-            (vec![user("a"), assistant("b"), user("c")], "must end with the assistant"),
+            (
+                vec![user("a"), assistant("b"), user("c")],
+                "must end with the assistant",
+            ),
             (vec![user("a")], "at least one exchange"),
             (vec![user("a"), assistant("")], "empty assistant message"),
         ] {
@@ -692,7 +702,10 @@ mod tests {
                 .err()
                 .unwrap()
                 .to_string();
-            assert!(err.contains("conversation 0") && err.contains(says), "{err}");
+            assert!(
+                err.contains("conversation 0") && err.contains(says),
+                "{err}"
+            );
         }
     }
 
