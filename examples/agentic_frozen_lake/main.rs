@@ -22,6 +22,8 @@
 //! (`run.output_dir`) receives the resolved config, `metrics.jsonl`, checkpoints, the exported
 //! models, plots and `summary.md`. Continue a stopped run with `-- run.resume=true`.
 
+#[path = "../common/cli.rs"]
+mod cli;
 mod task;
 #[path = "../common/warm_start.rs"]
 mod warm_start;
@@ -31,18 +33,10 @@ use roll::env::{FrozenLake, FrozenLakeConfig};
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     roll::init_logging();
-    let config = warm_start::config("examples/configs/agentic_frozen_lake.toml")?;
+    let config = cli::config("examples/configs/agentic_frozen_lake.toml")?;
     let task: warm_start::Task = config.task()?;
     task.validate()?;
-    let agentic = config
-        .agentic
-        .as_ref()
-        .filter(|a| a.env.kind == "frozen_lake")
-        .ok_or_else(|| {
-            anyhow::anyhow!("this example plays `agentic.env.kind = \"frozen_lake\"`")
-        })?;
-    let options = roll::env::AgenticScheduler::env_spec(agentic).options;
-    let lake: FrozenLakeConfig = serde_json::from_value(serde_json::to_value(options)?)?;
+    let lake: FrozenLakeConfig = warm_start::env_options(&config, "frozen_lake")?;
     let data = task.datasets(&mut FrozenLake::new(lake)?, &config)?;
     warm_start::train(config, data, ["the planner", "the hole-blind walker"]).await
 }

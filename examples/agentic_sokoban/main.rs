@@ -15,6 +15,8 @@
 //!
 //! Every setting is in `examples/configs/agentic_sokoban.toml`.
 
+#[path = "../common/cli.rs"]
+mod cli;
 mod task;
 #[path = "../common/warm_start.rs"]
 mod warm_start;
@@ -24,16 +26,10 @@ use roll::env::{Sokoban, SokobanConfig};
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     roll::init_logging();
-    let config = warm_start::config("examples/configs/agentic_sokoban.toml")?;
+    let config = cli::config("examples/configs/agentic_sokoban.toml")?;
     let task: warm_start::Task = config.task()?;
     task.validate()?;
-    let agentic = config
-        .agentic
-        .as_ref()
-        .filter(|a| a.env.kind == "sokoban")
-        .ok_or_else(|| anyhow::anyhow!("this example plays `agentic.env.kind = \"sokoban\"`"))?;
-    let options = roll::env::AgenticScheduler::env_spec(agentic).options;
-    let room: SokobanConfig = serde_json::from_value(serde_json::to_value(options)?)?;
+    let room: SokobanConfig = warm_start::env_options(&config, "sokoban")?;
     let data = task.datasets(&mut Sokoban::new(room)?, &config)?;
     warm_start::train(config, data, ["the solver", "the wanderer"]).await
 }

@@ -5,7 +5,7 @@
 //! solver) and a **novice** (a player with a blind spot). Mixed, they give a warm-started policy
 //! that knows the game's moves but not always the right one: the part RL learns from rewards.
 
-use roll::core::config::{Config, ModelSource};
+use roll::core::config::Config;
 use roll::core::rng::{SplitMix64, derive_seed};
 use roll::core::tokenizer::{ChatMessage, Role};
 use roll::env::grid::Direction;
@@ -49,26 +49,19 @@ pub struct Datasets {
     pub success: [f64; 2],
 }
 
-/// The config of `default` (a path under the crate), with `--config FILE` and `key.path=value`
-/// from the command line; `--model DIR` replaces a model built from scratch.
-pub fn config(default: &str) -> anyhow::Result<Config> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let model = match args.iter().position(|a| a == "--model") {
-        Some(i) if i + 1 < args.len() => Some(args.drain(i..=i + 1).nth(1).unwrap_or_default()),
-        Some(_) => anyhow::bail!("--model needs a directory"),
-        None => None,
-    };
-    if !args.iter().any(|a| a.starts_with("--config") || a == "-c") {
-        let file = root.join(default).display().to_string();
-        args.splice(0..0, ["--config".to_owned(), file]);
-    }
-    let mut config = Config::from_args(args)?;
-    if let Some(dir) = model {
-        config.model.source = ModelSource::HfDir { path: dir.into() };
-        config.validate()?;
-    }
-    Ok(config)
+/// The options of the environment `kind` that `config` plays (`agentic.env`, with the section's
+/// format penalty filled in), as the environment's own options type.
+pub fn env_options<T: serde::de::DeserializeOwned>(
+    config: &Config,
+    kind: &str,
+) -> anyhow::Result<T> {
+    let agentic = config
+        .agentic
+        .as_ref()
+        .filter(|a| a.env.kind == kind)
+        .ok_or_else(|| anyhow::anyhow!("this example plays `agentic.env.kind = \"{kind}\"`"))?;
+    let options = roll::env::AgenticScheduler::env_spec(agentic).options;
+    Ok(serde_json::from_value(serde_json::to_value(options)?)?)
 }
 
 impl Task {

@@ -18,31 +18,16 @@
 //! models, plots and `summary.md`. Stopped (Ctrl-C, a crash, a kill), the run continues from its
 //! newest checkpoint with `-- run.resume=true`; logs follow `RUST_LOG`.
 
+#[path = "../common/cli.rs"]
+mod cli;
 mod task;
 
-use roll::core::config::ModelSource;
 use roll::prelude::*;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     roll::init_logging();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let file = root.join("examples/configs/rlvr_arithmetic.toml");
-    // `--model DIR` replaces the model built from scratch; everything else goes to the config.
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let model = match args.iter().position(|a| a == "--model") {
-        Some(i) if i + 1 < args.len() => Some(args.drain(i..=i + 1).nth(1).unwrap_or_default()),
-        Some(_) => anyhow::bail!("--model needs a directory"),
-        None => None,
-    };
-    if !args.iter().any(|a| a.starts_with("--config") || a == "-c") {
-        args.splice(0..0, ["--config".to_owned(), file.display().to_string()]);
-    }
-    let mut config = Config::from_args(args)?;
-    if let Some(dir) = model {
-        config.model.source = ModelSource::HfDir { path: dir.into() };
-        config.validate()?;
-    }
+    let config = cli::config("examples/configs/rlvr_arithmetic.toml")?;
     let task: task::Task = config.task()?;
     task.validate()?;
     let data = task.datasets(config.run.seed);
