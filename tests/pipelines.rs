@@ -257,29 +257,19 @@ async fn the_example_configs_run() {
     let report = run.step().await.expect("rlvr step");
     assert_eq!(report.groups, 4);
 
-    let agentic = ConfigLoader::new()
-        .file(format!("{root}/examples/configs/agentic_sokoban.toml"))
-        .overrides([
-            source.as_str(),
-            output.as_str(),
-            "run.max_steps=1",
-            "agentic.num_groups=2",
-            "agentic.group_size=2",
-            "agentic.max_turns=2",
-            "agentic.max_tokens_per_turn=8",
-        ])
-        .load()
-        .expect("agentic_sokoban.toml");
-    let mut run = RunBuilder::new(agentic).build().expect("build agentic");
-    let report = run.step().await.expect("agentic step");
-    assert_eq!(report.groups, 2);
+    // The agentic examples' configs: a model from scratch with a learned tokenizer, a
+    // multi-turn warm start, GiGPO, held-out seeds.
+    for file in ["agentic_frozen_lake.toml", "agentic_sokoban.toml"] {
+        agentic_example_config_runs(&format!("{root}/examples/configs/{file}"), &output).await;
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
 
-    // The agentic example's config: a model from scratch with a learned tokenizer, a multi-turn
-    // warm start, GiGPO, held-out seeds.
-    let lake = ConfigLoader::new()
-        .file(format!("{root}/examples/configs/agentic_frozen_lake.toml"))
+async fn agentic_example_config_runs(path: &str, output: &str) {
+    let config = ConfigLoader::new()
+        .file(path)
         .overrides([
-            output.as_str(),
+            output,
             "run.max_steps=2",
             "run.eval_every=1",
             "run.save_every=0",
@@ -294,7 +284,7 @@ async fn the_example_configs_run() {
             "agentic.max_turns=2",
         ])
         .load()
-        .expect("agentic_frozen_lake.toml");
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
     let episode = |first: &str, second: &str| {
         SftExample::conversation([
             ChatMessage::new(Role::User, first),
@@ -306,14 +296,13 @@ async fn the_example_configs_run() {
     let warm_start: Vec<SftExample> = (0..8)
         .map(|i| episode(&format!("Turn 1:\nP_G {i}"), &format!("Turn 2:\n_PG {i}")))
         .collect();
-    let mut run = RunBuilder::new(lake)
+    let mut run = RunBuilder::new(config)
         .sft_examples(warm_start, [episode("Turn 1:\nP__", "Turn 2:\n_P_")])
         .eval_seeds([7, 8])
         .build()
-        .expect("build the agentic example");
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
     let summary = run.train().await.expect("the agentic example trains");
     assert_eq!(summary.rl.len(), 2);
     assert!(summary.sft.is_some());
     assert_eq!(summary.evals.len(), 3, "after SFT, RL step 1, after RL");
-    let _ = std::fs::remove_dir_all(&out);
 }
