@@ -52,9 +52,16 @@ fn transcript(
     for _ in 0..steps {
         let action = &vocab[(rng.next_u64() % vocab.len() as u64) as usize];
         let r = env.step(action).unwrap();
+        // The reported state (GiGPO's anchor, added after the pins were taken) is the grid the
+        // observation shows; the rules are what the fingerprint checks.
+        let mut info = r.info.clone();
+        if let Some(state) = info.remove(roll_core::episode::STATE_INFO) {
+            let grid = state.as_str().unwrap();
+            assert!(!grid.is_empty() && r.observation.contains(grid), "{grid:?}");
+        }
         log.push(format!(
             "{action} -> {} {:?} {:?}\n{}",
-            r.reward, r.status, r.info, r.observation
+            r.reward, r.status, info, r.observation
         ));
         if r.is_done() {
             break;
