@@ -13,11 +13,12 @@ pub struct EvalPoint {
     pub label: String,
     /// RL steps taken when it ran.
     pub rl_step: u64,
-    /// Fraction of held-out prompts solved.
+    /// Fraction of held-out prompts solved (RLVR), or of held-out episodes the environment
+    /// reported a success for (agentic).
     pub accuracy: f64,
-    /// Mean reward.
+    /// Mean reward (RLVR) or episode score (agentic).
     pub reward_mean: f64,
-    /// Prompts whose generation or reward failed.
+    /// Prompts whose generation or reward failed, or episodes that failed.
     pub failed: usize,
     /// Seconds since the run started.
     pub at_s: f64,
@@ -130,10 +131,10 @@ impl fmt::Display for RunSummary {
             self.total_time.as_secs_f64()
         )?;
         if !self.evals.is_empty() {
-            writeln!(f, "## Held-out accuracy (greedy)\n")?;
+            writeln!(f, "## Held-out evaluation (greedy)\n")?;
             writeln!(
                 f,
-                "| when | RL step | accuracy | mean reward | failed | at (s) |"
+                "| when | RL step | solved | mean reward | failed | at (s) |"
             )?;
             writeln!(f, "|---|---:|---:|---:|---:|---:|")?;
             for e in &self.evals {
