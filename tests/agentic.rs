@@ -85,8 +85,21 @@ async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
         );
         assert!(e["episode_len_mean"].as_f64().unwrap() >= 1.0);
     }
-    // The agentic scheduler checkpoints: a resumed run finds its step.
-    assert!(out.join("checkpoints").exists());
+    // The agentic scheduler checkpoints: the same config resumed finds the last step's
+    // checkpoint and continues from it.
+    let resumed = ConfigLoader::new()
+        .file(out.join("config.toml"))
+        .overrides(["run.resume=true", "run.max_steps=3"])
+        .load()
+        .expect("the resolved config");
+    let mut run = RunBuilder::new(resumed)
+        .eval_seeds(held_out)
+        .build()
+        .expect("resume");
+    assert!(run.resumed().is_some(), "a checkpoint was found");
+    assert_eq!(run.steps_taken(), 2);
+    let report = run.step().await.expect("a step after the resume");
+    assert_eq!(report.step, 2);
     let _ = std::fs::remove_dir_all(out);
 }
 
