@@ -377,34 +377,12 @@ mod tests {
         }
     }
 
-    /// Answers each turn with the next of its moves.
-    struct Moves(std::sync::Mutex<std::vec::IntoIter<&'static str>>);
-
-    #[async_trait::async_trait]
-    impl crate::policy::Generate for Moves {
-        async fn generate(&self, _r: GenerationRequest) -> Result<crate::policy::Generation> {
-            let text = self.0.lock().unwrap().next().unwrap_or("0");
-            let token_ids = crate::testing::ByteTokenizer.encode(text)?;
-            Ok(crate::policy::Generation {
-                logprobs: vec![0.0; token_ids.len()],
-                token_ids,
-                text: text.into(),
-                finish_reason: FinishReason::Length,
-                weight_version: crate::WeightVersion(0),
-            })
-        }
-
-        fn weight_version(&self) -> crate::WeightVersion {
-            crate::WeightVersion(0)
-        }
-    }
-
     async fn state_keys(report: bool, moves: Vec<&'static str>) -> Vec<u64> {
         let config = EpisodeConfig {
             max_turns: moves.len() as u32,
             ..Default::default()
         };
-        let policy = Moves(std::sync::Mutex::new(moves.into_iter()));
+        let policy = crate::testing::ScriptedPolicy::new(moves);
         let mut env = Walk {
             pos: 0,
             turn: 0,

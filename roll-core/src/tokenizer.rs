@@ -97,7 +97,8 @@ pub trait Tokenizer: Send + Sync {
 
 /// The token ids of a single-turn prompt: the optional system message and the user message
 /// rendered by the tokenizer's chat template with the generation prompt, then encoded. RLVR
-/// rollouts, supervised fine-tuning and evaluation all encode prompts here, so a model is trained
+/// rollouts, supervised fine-tuning and evaluation all encode prompts here — as the first turn of
+/// a [`Transcript`](crate::episode::Transcript), which episodes continue — so a model is trained
 /// and evaluated on exactly the ids it generates from.
 ///
 /// # Errors
@@ -107,11 +108,5 @@ pub fn encode_prompt(
     system: Option<&str>,
     user: &str,
 ) -> Result<Vec<u32>> {
-    let mut messages = Vec::with_capacity(2);
-    if let Some(system) = system {
-        messages.push(ChatMessage::new(Role::System, system));
-    }
-    messages.push(ChatMessage::new(Role::User, user));
-    let text = tokenizer.render_chat(&messages, true)?;
-    tokenizer.encode(&text)
+    crate::episode::Transcript::start(tokenizer, system, user).map(|(_, ids)| ids)
 }

@@ -7,7 +7,6 @@ use roll_core::policy::Generate;
 use roll_core::{AbortSignal, GroupId, SampleId, Tokenizer};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
@@ -97,76 +96,78 @@ pub async fn evaluate_episodes(
     let runtime = Handle::try_current().map_err(|_| EnvError::NoRuntime)?;
     let started = Instant::now();
     let threads = threads.clamp(1, seeds.len().max(1));
-    let next = Arc::new(AtomicUsize::new(0));
-    let results: Arc<Mutex<Vec<Option<EpisodeOutcome>>>> =
-        Arc::new(Mutex::new(vec![None; seeds.len()]));
-    let seeds: Arc<[u64]> = seeds.into();
-    let mut handles = Vec::with_capacity(threads);
-    for t in 0..threads {
+    let (seeds, factory, episode) = (seeds.to_vec(), factory.clone(), episode.clone());
+    // Off the runtime: the threads block on it for their generations.
+    let outcomes = tokio::task::spawn_blocking(move || {
+        let next = AtomicUsize::new(0);
         let job = Job {
-            runtime: runtime.clone(),
-            policy: policy.clone(),
-            tokenizer: tokenizer.clone(),
-            factory: factory.clone(),
-            episode: episode.clone(),
-            seeds: seeds.clone(),
-            next: next.clone(),
-            results: results.clone(),
+            runtime,
+            policy,
+            tokenizer,
+            factory,
+            episode,
+            seeds: &seeds,
+            next: &next,
         };
-        let spawned = std::thread::Builder::new()
-            .name(format!("roll-eval-{t}"))
-            .spawn(move || job.run())
-            .map_err(EnvError::Spawn)?;
-        handles.push(spawned);
-    }
-    // Joined off the runtime: the threads block on it for their generations.
-    tokio::task::spawn_blocking(move || {
-        for h in handles {
-            // A worker's own panics are caught per episode; a panic here would be in the
-            // bookkeeping, and its unfinished seeds are reported below.
-            let _ = h.join();
-        }
+        let mut outcomes: Vec<Option<EpisodeOutcome>> = vec![None; seeds.len()];
+        std::thread::scope(|scope| {
+            let mut workers = Vec::with_capacity(threads);
+            for t in 0..threads {
+                let worker = std::thread::Builder::new()
+                    .name(format!("roll-eval-{t}"))
+                    .spawn_scoped(scope, || job.run())
+                    .map_err(EnvError::Spawn)?;
+                workers.push(worker);
+            }
+            // A worker's own panics are caught per episode; one in its bookkeeping loses its
+            // outcomes, reported below as failed episodes.
+            for played in workers.into_iter().filter_map(|w| w.join().ok()) {
+                for (i, outcome) in played {
+                    outcomes[i] = Some(outcome);
+                }
+            }
+            Ok::<_, EnvError>(())
+        })?;
+        Ok::<_, EnvError>(
+            outcomes
+                .into_iter()
+                .zip(&seeds)
+                .map(|(o, &seed)| {
+                    o.unwrap_or_else(|| failed(seed, "the evaluation thread stopped".into()))
+                })
+                .collect(),
+        )
     })
     .await
-    .map_err(|e| EnvError::Spawn(std::io::Error::other(e.to_string())))?;
-    let outcomes = results
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .zip(seeds.iter())
-        .map(|(o, &seed)| o.unwrap_or_else(|| failed(seed, "the evaluation thread stopped".into())))
-        .collect();
+    .map_err(|e| EnvError::Spawn(std::io::Error::other(e.to_string())))??;
     Ok(EpisodeEval {
         outcomes,
         time: started.elapsed(),
     })
 }
 
-/// One evaluation thread's share of the work.
-struct Job {
+/// What the evaluation threads share.
+struct Job<'a> {
     runtime: Handle,
     policy: Arc<dyn Generate>,
     tokenizer: Arc<dyn Tokenizer>,
     factory: EnvFactory,
     episode: EpisodeConfig,
-    seeds: Arc<[u64]>,
-    next: Arc<AtomicUsize>,
-    results: Arc<Mutex<Vec<Option<EpisodeOutcome>>>>,
+    seeds: &'a [u64],
+    next: &'a AtomicUsize,
 }
 
-impl Job {
-    fn run(self) {
+impl Job<'_> {
+    /// Plays the next seed not yet taken until none is left; the outcomes by seed index.
+    fn run(&self) -> Vec<(usize, EpisodeOutcome)> {
         let mut env = None;
+        let mut played = Vec::new();
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(&seed) = self.seeds.get(i) else {
-                return;
+                return played;
             };
-            let outcome = self.play(&mut env, i, seed);
-            if let Ok(mut results) = self.results.lock() {
-                results[i] = Some(outcome);
-            }
+            played.push((i, self.play(&mut env, i, seed)));
         }
     }
 
@@ -245,50 +246,7 @@ mod tests {
     use super::*;
     use crate::EnvRegistry;
     use roll_core::config::ComponentSpec;
-    use roll_core::testing::{ByteTokenizer, MockPolicy};
-
-    /// Answers every turn with the same text.
-    struct Always(&'static str);
-
-    /// Answers turn `k` of the (one) episode with its `k`-th text.
-    struct Script(Mutex<std::vec::IntoIter<&'static str>>);
-
-    #[async_trait::async_trait]
-    impl Generate for Script {
-        async fn generate(
-            &self,
-            request: roll_core::GenerationRequest,
-        ) -> roll_core::Result<roll_core::policy::Generation> {
-            let text = self.0.lock().unwrap().next().unwrap_or("");
-            Always(text).generate(request).await
-        }
-
-        fn weight_version(&self) -> roll_core::WeightVersion {
-            roll_core::WeightVersion(0)
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Generate for Always {
-        async fn generate(
-            &self,
-            _request: roll_core::GenerationRequest,
-        ) -> roll_core::Result<roll_core::policy::Generation> {
-            let mut token_ids = ByteTokenizer.encode(self.0)?;
-            token_ids.push(ByteTokenizer::EOS);
-            Ok(roll_core::policy::Generation {
-                logprobs: vec![0.0; token_ids.len()],
-                token_ids,
-                text: self.0.into(),
-                finish_reason: roll_core::FinishReason::Stop,
-                weight_version: roll_core::WeightVersion(0),
-            })
-        }
-
-        fn weight_version(&self) -> roll_core::WeightVersion {
-            roll_core::WeightVersion(0)
-        }
-    }
+    use roll_core::testing::{ByteTokenizer, MockPolicy, ScriptedPolicy};
 
     fn lake() -> EnvFactory {
         // gymnasium's 4×4 map, not slippery: Right, Right, Down, Down, Down, Right reaches the
@@ -310,7 +268,7 @@ mod tests {
             ..Default::default()
         };
         let stuck = evaluate_episodes(
-            Arc::new(Always("<answer>Left</answer>")),
+            Arc::new(ScriptedPolicy::new(["<answer>Left</answer>"])),
             Arc::new(ByteTokenizer),
             &lake(),
             &[1, 2, 3],
@@ -332,7 +290,7 @@ mod tests {
         // The first column is `S F F H`: Down, Down, Down ends in the hole after three turns,
         // unsuccessful, score 0.
         let holed = evaluate_episodes(
-            Arc::new(Always("<answer>Down</answer>")),
+            Arc::new(ScriptedPolicy::new(["<answer>Down</answer>"])),
             Arc::new(ByteTokenizer),
             &lake(),
             &[5],
@@ -347,13 +305,9 @@ mod tests {
         assert_eq!(holed.outcomes[0].end, "terminated");
         // Right, Right, Down, Down, Down, Right reaches the goal on the sixth turn.
         let path = ["Right", "Right", "Down", "Down", "Down", "Right"]
-            .map(|a| match a {
-                "Right" => "<answer>Right</answer>",
-                _ => "<answer>Down</answer>",
-            })
-            .to_vec();
+            .map(|a| format!("<answer>{a}</answer>"));
         let solved = evaluate_episodes(
-            Arc::new(Script(Mutex::new(path.into_iter()))),
+            Arc::new(ScriptedPolicy::new(path)),
             Arc::new(ByteTokenizer),
             &lake(),
             &[9],

@@ -99,10 +99,10 @@ impl RunBuilder {
     /// Held-out environment seeds of an agentic run: one greedy episode each (sampling seeds
     /// aside, the same settings as training episodes) before RL, every `run.eval_every` steps
     /// and after RL; the success rate (the environment's `success` report on the last step) is
-    /// the run's held-out accuracy. Choose seeds the run does not train on: training episodes
-    /// draw their seeds from the run seed (`agentic` groups), so a disjoint range — e.g. seeds
-    /// above 2⁶³ — keeps them apart; they are written to `eval_seeds.json` in the run
-    /// directory.
+    /// the run's held-out accuracy. The seeds are written to `eval_seeds.json` in the run
+    /// directory. Training episodes play seeds drawn from the run seed over all of `u64`, so a
+    /// held-out seed meets RL only by a one-in-2⁶⁴ chance; two seeds can still deal the same
+    /// puzzle, which the agentic examples rule out for their warm start by comparing renderings.
     #[must_use]
     pub fn eval_seeds(mut self, seeds: impl IntoIterator<Item = u64>) -> Self {
         self.eval_seeds = seeds.into_iter().collect();

@@ -428,9 +428,13 @@ impl Run {
         let Some(eval) = &self.eval else {
             return Ok(None);
         };
-        let what = match eval {
-            Evaluation::Prompts { prompts, .. } => format!("{} held-out prompts", prompts.len()),
-            Evaluation::Episodes { seeds, .. } => format!("{} held-out episodes", seeds.len()),
+        let (what, measure) = match eval {
+            Evaluation::Prompts { prompts, .. } => {
+                (format!("{} held-out prompts", prompts.len()), "accuracy")
+            }
+            Evaluation::Episodes { seeds, .. } => {
+                (format!("{} held-out episodes", seeds.len()), "success rate")
+            }
         };
         let bar = ProgressBar::new_spinner().with_message(format!("evaluating {what} ({label})"));
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -492,10 +496,6 @@ impl Run {
             reward_mean,
             failed,
             at_s: self.recorder.started.elapsed().as_secs_f64(),
-        };
-        let measure = match eval {
-            Evaluation::Prompts { .. } => "accuracy",
-            Evaluation::Episodes { .. } => "success rate",
         };
         println!(
             "[{}] held-out {measure} {label}: {:.1}% ({what}, {:.1} s)",

@@ -114,24 +114,16 @@ pub fn learn_merges(corpus: &[&str], vocab_size: usize) -> Result<Vec<(String, S
             .map_err(|e| invalid(format!("cannot serialise the trained tokenizer: {e}")))?,
     )
     .map_err(|e| invalid(format!("cannot read the trained tokenizer: {e}")))?;
+    // The pinned tokenizers (0.22) writes each merge as `["a", "b"]`.
     let merges = json["model"]["merges"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
+        .ok_or_else(|| invalid("the trained tokenizer has no merges list".into()))?;
     merges
         .iter()
-        .map(|m| match m {
-            // `["a", "b"]` (tokenizers ≥ 0.20) or `"a b"` (older).
-            serde_json::Value::Array(pair) => match pair.as_slice() {
-                [serde_json::Value::String(a), serde_json::Value::String(b)] => {
-                    Ok((a.clone(), b.clone()))
-                }
-                _ => Err(invalid(format!("unexpected merge {m}"))),
-            },
-            serde_json::Value::String(s) => s
-                .split_once(' ')
-                .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .ok_or_else(|| invalid(format!("unexpected merge {s:?}"))),
+        .map(|m| match m.as_array().map(Vec::as_slice) {
+            Some([serde_json::Value::String(a), serde_json::Value::String(b)]) => {
+                Ok((a.clone(), b.clone()))
+            }
             _ => Err(invalid(format!("unexpected merge {m}"))),
         })
         .collect()
@@ -294,21 +286,26 @@ mod tests {
         assert_eq!(byte_char(b'A'), 'A');
     }
 
-    #[test]
-    fn new_model_directory_loads_and_round_trips_text() {
-        let dir = std::env::temp_dir().join(format!("roll-new-model-{}", std::process::id()));
-        let spec = NewModel {
+    /// A small Qwen2 with `layers` layers and `tokenizer`.
+    fn spec(layers: u32, tokenizer: NewTokenizer) -> NewModel {
+        NewModel {
             model_type: "qwen2".into(),
             hidden_size: 32,
             intermediate_size: 64,
-            num_hidden_layers: 2,
+            num_hidden_layers: layers,
             num_attention_heads: 4,
             num_key_value_heads: 2,
             max_position_embeddings: 64,
             rope_theta: 10_000.0,
             initializer_range: 0.02,
-            tokenizer: Default::default(),
-        };
+            tokenizer,
+        }
+    }
+
+    #[test]
+    fn new_model_directory_loads_and_round_trips_text() {
+        let dir = std::env::temp_dir().join(format!("roll-new-model-{}", std::process::id()));
+        let spec = spec(2, NewTokenizer::Bytes);
         write_new_model(&spec, &dir, 7, &[]).unwrap();
         let tok = HfTokenizer::from_dir(&dir).unwrap();
         let text = "Q: 12+35=? A: 47 é<|endoftext|>";
@@ -340,18 +337,7 @@ mod tests {
     #[test]
     fn a_bpe_tokenizer_learns_the_corpus_and_still_encodes_any_text() {
         let dir = std::env::temp_dir().join(format!("roll-new-bpe-{}", std::process::id()));
-        let spec = NewModel {
-            model_type: "qwen2".into(),
-            hidden_size: 32,
-            intermediate_size: 64,
-            num_hidden_layers: 1,
-            num_attention_heads: 4,
-            num_key_value_heads: 2,
-            max_position_embeddings: 64,
-            rope_theta: 10_000.0,
-            initializer_range: 0.02,
-            tokenizer: NewTokenizer::Bpe { vocab_size: 300 },
-        };
+        let spec = spec(1, NewTokenizer::Bpe { vocab_size: 300 });
         let lines: Vec<String> = (0..50)
             .map(|i| format!("Observation:\nP__G\nYou have {} actions left.", i % 7))
             .collect();

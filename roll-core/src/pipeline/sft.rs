@@ -602,39 +602,13 @@ mod tests {
         );
     }
 
-    /// Answers each request with the next of its texts, tokenised, then EOS.
-    struct Scripted(std::sync::Mutex<std::vec::IntoIter<&'static str>>);
-
-    #[async_trait::async_trait]
-    impl crate::policy::Generate for Scripted {
-        async fn generate(
-            &self,
-            _request: crate::GenerationRequest,
-        ) -> Result<crate::policy::Generation> {
-            let text = self.0.lock().unwrap().next().unwrap_or("stop");
-            let mut token_ids = ByteTokenizer.encode(text)?;
-            token_ids.push(ByteTokenizer::EOS);
-            Ok(crate::policy::Generation {
-                logprobs: vec![-0.5; token_ids.len()],
-                token_ids,
-                text: text.into(),
-                finish_reason: crate::FinishReason::Stop,
-                weight_version: crate::WeightVersion(0),
-            })
-        }
-
-        fn weight_version(&self) -> crate::WeightVersion {
-            crate::WeightVersion(0)
-        }
-    }
-
     #[tokio::test]
     async fn a_conversation_encodes_as_the_episode_that_answered_the_same() {
         // An echo environment played by a scripted agent, then the same exchange as an SFT
         // conversation: the tokens and the trained positions must be the episode's, token by
         // token (ChatML, with the template's <|im_end|> closing each answer after EOS).
         let answers = ["left", "up", "stop"];
-        let agent = Scripted(std::sync::Mutex::new(Vec::from(answers).into_iter()));
+        let agent = crate::testing::ScriptedPolicy::new(answers);
         let mut env = crate::testing::EchoEnv::new(5);
         let ids = crate::episode::EpisodeIds {
             sample: SampleId(0),

@@ -16,10 +16,12 @@
 mod echo_env;
 mod mock_policy;
 mod rewards;
+mod scripted_policy;
 mod tokenizer;
 
 pub use crate::rng::SplitMix64;
 pub use echo_env::EchoEnv;
 pub use mock_policy::MockPolicy;
 pub use rewards::{ConstantReward, FailingReward};
+pub use scripted_policy::ScriptedPolicy;
 pub use tokenizer::ByteTokenizer;
