@@ -191,3 +191,98 @@ async fn trajectories_mask_exactly_the_assistant_turns_of_the_rendered_conversat
     }
     assert!(turns_checked >= 6, "{turns_checked} turns checked");
 }
+
+/// One-turn episodes; one of them hangs in its step for 3 s.
+struct Hangs {
+    seed: u64,
+    hang_on: Arc<std::sync::Mutex<Option<u64>>>,
+}
+
+impl roll::core::Env for Hangs {
+    fn reset(&mut self, seed: u64) -> roll::core::Result<roll::core::Observation> {
+        self.seed = seed;
+        // The first seed dealt hangs in the first of its episodes to step; the one that takes
+        // its place in the group (same seed) does not.
+        let mut hang_on = self.hang_on.lock().expect("the shared seed");
+        if hang_on.is_none() {
+            *hang_on = Some(seed);
+        }
+        Ok(roll::core::Observation::new("Q: 1+1=? A:"))
+    }
+
+    fn step(&mut self, _action: &str) -> roll::core::Result<roll::core::StepResult> {
+        let mut hang_on = self.hang_on.lock().expect("the shared seed");
+        if *hang_on == Some(self.seed) {
+            *hang_on = Some(u64::MAX);
+            drop(hang_on);
+            std::thread::sleep(std::time::Duration::from_secs(3));
+        }
+        Ok(roll::core::StepResult::terminated("done", 1.0).with_info("success", true))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_environment_costs_its_episode_and_the_watchdog_names_it() {
+    let out = out_dir("agentic-hang");
+    let config = ConfigLoader::new()
+        .toml_str(format!(
+            r#"
+            pipeline = "agentic"
+            [run]
+            max_steps = 1
+            output_dir = "{}"
+            [model]
+            prompt_format = "plain"
+            [model.source]
+            kind = "hf_dir"
+            path = "{FIXTURE}"
+            [agentic]
+            env = {{ kind = "hangs" }}
+            num_groups = 2
+            group_size = 2
+            max_turns = 1
+            max_tokens_per_turn = 3
+            step_timeout = 1.0
+            hung_timeout = 0.2
+            "#,
+            out.display()
+        ))
+        .load()
+        .expect("config");
+    let hang_on = Arc::new(std::sync::Mutex::new(None));
+    let incidents = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = incidents.clone();
+    let shared = hang_on.clone();
+    let mut run = RunBuilder::new(config)
+        .env("hangs", move || Hangs {
+            seed: 0,
+            hang_on: shared.clone(),
+        })
+        .on_incident(move |i| seen.lock().unwrap().push(i.to_string()))
+        .build()
+        .expect("build");
+    let report = run
+        .step()
+        .await
+        .expect("the step completes without the hung episode");
+    assert_eq!(report.groups, 2);
+    assert_eq!(report.samples, 4, "{report}");
+    assert_eq!(report.metrics["rollout/samples_failed"], 1.0, "{report}");
+    assert!(report.metrics["rollout/calls_overdue"] >= 1.0, "{report}");
+    let incidents = incidents.lock().unwrap().clone();
+    let stalled = incidents
+        .iter()
+        .find(|i| i.contains("has made no progress in step for"))
+        .unwrap_or_else(|| panic!("no stall report in {incidents:#?}"));
+    assert!(
+        stalled.starts_with("environment `hangs` on thread") && stalled.contains("seed"),
+        "{stalled}"
+    );
+    assert!(
+        incidents
+            .iter()
+            .any(|i| i.contains("did not finish its step within 1s; restarted")),
+        "{incidents:#?}"
+    );
+    let _ = std::fs::remove_dir_all(out);
+}

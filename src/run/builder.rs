@@ -14,6 +14,7 @@ use roll_core::policy::{Generate, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
 use roll_core::strategy::SingleDevice;
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
+use roll_env::manager::{Incident, IncidentHook};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
 use roll_reward::router::{PromptMixer, RewardRegistry, RewardRouter};
 use std::sync::Arc;
@@ -45,6 +46,7 @@ pub struct RunBuilder {
     sft_eval: Vec<SftExample>,
     eval: Vec<Prompt>,
     eval_seeds: Vec<u64>,
+    incident_hooks: Vec<IncidentHook>,
 }
 
 impl RunBuilder {
@@ -59,6 +61,7 @@ impl RunBuilder {
             sft_eval: Vec::new(),
             eval: Vec::new(),
             eval_seeds: Vec::new(),
+            incident_hooks: Vec::new(),
         }
     }
 
@@ -106,6 +109,17 @@ impl RunBuilder {
     #[must_use]
     pub fn eval_seeds(mut self, seeds: impl IntoIterator<Item = u64>) -> Self {
         self.eval_seeds = seeds.into_iter().collect();
+        self
+    }
+
+    /// Calls `hook` with every incident of an agentic run's environments — a panic, a failed
+    /// episode, a step cut at `agentic.step_timeout`, an episode the watchdog saw make no
+    /// progress for `agentic.hung_timeout` — as it happens (on the manager's task: keep it
+    /// short). The run logs each one as a `tracing` warning either way; a hook is for alerting
+    /// or counting.
+    #[must_use]
+    pub fn on_incident(mut self, hook: impl Fn(&Incident) + Send + Sync + 'static) -> Self {
+        self.incident_hooks.push(Arc::new(hook));
         self
     }
 
@@ -456,8 +470,16 @@ impl RunBuilder {
             } => {
                 let factory = self.envs.factory(env)?;
                 let (manager, num_groups) = (manager.clone(), *num_groups);
+                let hooks = self.incident_hooks.clone();
+                let report: IncidentHook = Arc::new(move |incident: &Incident| {
+                    tracing::warn!("{incident}");
+                    for hook in &hooks {
+                        hook(incident);
+                    }
+                });
                 let build: BuildScheduler = Box::new(move |actor| {
-                    let manager = EnvManager::new(manager, factory, actor, tokenizer)?;
+                    let manager = EnvManager::new(manager, factory, actor, tokenizer)?
+                        .with_incident_hook(report);
                     let mut s = AgenticScheduler::new(manager, num_groups)?;
                     if let Some(f) = filter {
                         s = s.with_filter(f);

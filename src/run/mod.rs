@@ -11,6 +11,7 @@ mod plan;
 mod plots;
 mod runner;
 mod summary;
+mod telemetry;
 
 pub use builder::RunBuilder;
 pub use checkpoint::{Resumed, SkippedCheckpoint};
@@ -18,6 +19,7 @@ pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
 pub use plots::plot_metrics;
 pub use runner::Run;
 pub use summary::{EvalPoint, RunSummary, SftSummary};
+pub use telemetry::{STEP_GAUGE, TENSORBOARD_DIR};
 
 /// Maps an I/O error on `path` to roll's error, saying what was being done.
 fn io(action: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {

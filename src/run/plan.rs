@@ -44,6 +44,10 @@ pub struct RunSettings {
     pub keep_checkpoints: u32,
     /// Continue from the newest readable checkpoint (`run.resume`).
     pub resume: bool,
+    /// TensorBoard event files under `tensorboard/` (`run.tensorboard`).
+    pub tensorboard: bool,
+    /// The loopback port of the Prometheus endpoint; 0: any free one (`run.prometheus_port`).
+    pub prometheus_port: Option<u16>,
 }
 
 /// The supervised warm start (`[sft]`).
@@ -178,6 +182,8 @@ impl RunPlan {
                 eval_max_new_tokens: config.rollout.max_new_tokens,
                 save_every: config.run.save_every,
                 keep_checkpoints: config.run.keep_checkpoints,
+                tensorboard: config.run.tensorboard,
+                prometheus_port: config.run.prometheus_port,
                 resume: config.run.resume,
             },
             model: ModelPlan {

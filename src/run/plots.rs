@@ -1,6 +1,7 @@
-//! Plots of a run directory's `metrics.jsonl`: reward, held-out accuracy, KL, entropy, response
-//! length, the train–inference log-prob gap, step time and the SFT loss, one PNG each under
-//! `plots/`.
+//! Plots of a run directory's `metrics.jsonl`: reward, held-out accuracy (per domain too),
+//! per-domain task score, episodes' success rate and length (agentic runs), KL, entropy,
+//! response length, the train–inference log-prob gap, step time and the SFT loss, one PNG each
+//! under `plots/`.
 
 use plotters::prelude::*;
 use roll_core::{Error, Result};
@@ -75,6 +76,24 @@ pub fn plot_metrics(run_dir: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
             Some((l["step"].as_f64()?, t))
         })
         .collect();
+    // Per-domain series (`domain/<name>/<metric>`) are drawn when a run mixes domains.
+    let per_domain = |stage_name: &'static str, x: &str, metric: &str| -> Vec<Series> {
+        let suffix = format!("/{metric}");
+        let names: std::collections::BTreeSet<&str> = stage(stage_name)
+            .filter_map(Value::as_object)
+            .flat_map(|l| l.keys())
+            .filter_map(|k| k.strip_prefix("domain/")?.strip_suffix(suffix.as_str()))
+            .collect();
+        if names.len() < 2 {
+            return Vec::new();
+        }
+        names
+            .into_iter()
+            .map(|d| series(stage_name, x, &format!("domain/{d}/{metric}"), d))
+            .collect()
+    };
+    let mut accuracy = vec![series("eval", "rl_step", "accuracy", "all")];
+    accuracy.extend(per_domain("eval", "rl_step", "accuracy"));
     let charts = [
         (
             "reward",
@@ -84,7 +103,28 @@ pub fn plot_metrics(run_dir: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
         (
             "accuracy",
             "held-out accuracy (greedy) by RL step",
-            vec![series("eval", "rl_step", "accuracy", "accuracy")],
+            accuracy,
+        ),
+        (
+            "domain_score",
+            "RL: mean task score per domain",
+            per_domain("rl", "step", "score_mean"),
+        ),
+        (
+            "success_rate",
+            "episodes: success rate",
+            vec![
+                rl("episode/success_rate", "rollout (sampled)"),
+                series("eval", "rl_step", "success_rate", "held-out (greedy)"),
+            ],
+        ),
+        (
+            "episode_length",
+            "episodes: turns per episode",
+            vec![
+                rl("episode/turns_mean", "rollout (sampled)"),
+                series("eval", "rl_step", "episode_len_mean", "held-out (greedy)"),
+            ],
         ),
         (
             "kl",
@@ -278,6 +318,40 @@ mod tests {
                 p.display()
             );
         }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn domains_and_episodes_get_their_own_plots() {
+        let dir = std::env::temp_dir().join(format!("roll-plots-domains-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::new();
+        for step in 0..4 {
+            text.push_str(&format!(
+                "{{\"stage\":\"rl\",\"step\":{step},\"domain/math/score_mean\":0.5,\"domain/code/score_mean\":0.25,\"episode/success_rate\":0.4,\"episode/turns_mean\":3.5}}\n"
+            ));
+        }
+        text.push_str("{\"stage\":\"eval\",\"rl_step\":4,\"accuracy\":0.3,\"domain/math/accuracy\":0.4,\"domain/code/accuracy\":0.2,\"success_rate\":0.3,\"episode_len_mean\":4.0}\n");
+        // One domain only: no per-domain chart for the lines below.
+        let single = dir.join("single");
+        std::fs::create_dir_all(&single).unwrap();
+        std::fs::write(
+            single.join("metrics.jsonl"),
+            "{\"stage\":\"rl\",\"step\":0,\"domain/math/score_mean\":0.5}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("metrics.jsonl"), text).unwrap();
+        let stems = |written: Vec<PathBuf>| -> Vec<String> {
+            written
+                .iter()
+                .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            stems(plot_metrics(&dir).unwrap()),
+            ["accuracy", "domain_score", "success_rate", "episode_length"]
+        );
+        assert!(stems(plot_metrics(&single).unwrap()).is_empty());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

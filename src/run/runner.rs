@@ -7,6 +7,7 @@ use super::checkpoint::{
 use super::io;
 use super::plan::RunPlan;
 use super::summary::{EvalPoint, RunSummary, SftSummary};
+use super::telemetry::{STEP_GAUGE, Telemetry};
 use indicatif::{ProgressBar, ProgressStyle};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{BurnPolicy, CausalLm, SaveOptions};
@@ -87,6 +88,8 @@ pub(crate) struct Restored {
 struct Recorder {
     file: std::fs::File,
     path: PathBuf,
+    /// TensorBoard and Prometheus, when the run asks for them.
+    telemetry: Option<Telemetry>,
     /// Lines in the file.
     lines: u64,
     /// When the run started (earlier than this process for a resumed run): the clock of
@@ -95,12 +98,18 @@ struct Recorder {
 }
 
 impl Recorder {
+    /// Appends `line` and mirrors it to the `metrics` facade (see [`mirror`]), which feeds
+    /// TensorBoard and Prometheus when the run asks for them, and any recorder of the user's.
     fn record(&mut self, mut line: Map<String, Value>) -> Result<()> {
         line.insert("time_s".into(), self.started.elapsed().as_secs_f64().into());
+        mirror(&line);
         writeln!(self.file, "{}", Value::Object(line))
             .map_err(io("cannot append to the metrics file", &self.path))?;
         self.lines += 1;
-        Ok(())
+        match &self.telemetry {
+            Some(t) => t.check(),
+            None => Ok(()),
+        }
     }
 
     /// Makes every line so far durable (before a checkpoint counts them).
@@ -108,6 +117,34 @@ impl Recorder {
         self.file
             .sync_data()
             .map_err(io("cannot fsync the metrics file", &self.path))
+    }
+}
+
+/// Sets a gauge `<stage>/<key>` for every number of a metrics line, counts RL and SFT steps
+/// (`roll_rl_steps_total`, `roll_sft_steps_total`), and then sets [`STEP_GAUGE`] to the line's
+/// step (an evaluation's: the RL steps taken), which closes the line for TensorBoard.
+fn mirror(line: &Map<String, Value>) {
+    let stage = line.get("stage").and_then(Value::as_str).unwrap_or("run");
+    for (key, value) in line {
+        if let Some(v) = value.as_f64()
+            && !matches!(key.as_str(), "step" | "rl_step")
+        {
+            metrics::gauge!(format!("{stage}/{key}")).set(v);
+        }
+    }
+    let step = match stage {
+        "rl" => {
+            metrics::counter!("roll_rl_steps_total").increment(1);
+            line.get("step")
+        }
+        "sft" => {
+            metrics::counter!("roll_sft_steps_total").increment(1);
+            line.get("step")
+        }
+        _ => line.get("rl_step"),
+    };
+    if let Some(step) = step.and_then(Value::as_f64) {
+        metrics::gauge!(STEP_GAUGE).set(step);
     }
 }
 
@@ -120,6 +157,7 @@ impl Recorder {
 /// | `eval_prompts.jsonl` / `eval_seeds.json` | the held-out prompts (`prompt`, `answer`) of an RLVR run / the held-out seeds of an agentic run |
 /// | `base_model/` | the model a `new` source built |
 /// | `sft_model/`, `final_model/` | the exported SFT-stage and final models (HF directories) |
+/// | `tensorboard/` | TensorBoard event files (with `run.tensorboard`) |
 /// | `plots/` | reward, held-out accuracy, KL, entropy, length, gap, step time, SFT loss |
 /// | `summary.md` | [`RunSummary`] as a table |
 /// | `checkpoints/` | the newest `run.keep_checkpoints` checkpoints (with `run.save_every` or `sft.save_every`) |
@@ -209,9 +247,21 @@ impl Run {
             file.set_len(0)
                 .map_err(io("cannot truncate the metrics file", &path))?;
         }
+        let telemetry = Telemetry::start(
+            &plan.run.output_dir,
+            plan.run.tensorboard,
+            plan.run.prometheus_port,
+        )?;
+        if let Some(address) = telemetry.as_ref().and_then(Telemetry::prometheus_address) {
+            println!(
+                "[{}] Prometheus metrics: http://{address}/metrics",
+                plan.run.name
+            );
+        }
         let recorder = Recorder {
             file,
             path,
+            telemetry,
             lines,
             started,
         };
@@ -225,6 +275,15 @@ impl Run {
             summary,
             resumed,
         })
+    }
+
+    /// Where the run serves its Prometheus metrics (`run.prometheus_port`; with port 0 the
+    /// system's pick).
+    pub fn prometheus_address(&self) -> Option<std::net::SocketAddr> {
+        self.recorder
+            .telemetry
+            .as_ref()
+            .and_then(Telemetry::prometheus_address)
     }
 
     /// The checkpoint this run resumed from (with `run.resume` and a checkpoint to resume).
@@ -440,6 +499,7 @@ impl Run {
         bar.enable_steady_tick(Duration::from_millis(200));
         let policy: Arc<dyn Generate> = self.actor().clone();
         let mut line = Map::new();
+        let mut by_domain = std::collections::BTreeMap::new();
         let (accuracy, reward_mean, failed, time) = match eval {
             Evaluation::Prompts { prompts, reward } => {
                 let report = evaluate(
@@ -454,6 +514,10 @@ impl Run {
                     },
                 )
                 .await?;
+                by_domain = report.accuracy_by_domain();
+                for (domain, accuracy) in &by_domain {
+                    line.insert(format!("domain/{domain}/accuracy"), (*accuracy).into());
+                }
                 (
                     report.accuracy(),
                     report.reward_mean(),
@@ -496,6 +560,7 @@ impl Run {
             reward_mean,
             failed,
             at_s: self.recorder.started.elapsed().as_secs_f64(),
+            by_domain,
         };
         println!(
             "[{}] held-out {measure} {label}: {:.1}% ({what}, {:.1} s)",
@@ -503,6 +568,14 @@ impl Run {
             100.0 * point.accuracy,
             time.as_secs_f64()
         );
+        if point.by_domain.len() > 1 {
+            let parts: Vec<String> = point
+                .by_domain
+                .iter()
+                .map(|(d, a)| format!("{d} {:.1}%", 100.0 * a))
+                .collect();
+            println!("[{}]   by domain: {}", self.plan.run.name, parts.join(", "));
+        }
         line.insert("stage".into(), "eval".into());
         line.insert("label".into(), label.into());
         line.insert("rl_step".into(), point.rl_step.into());

@@ -2,6 +2,7 @@
 
 use roll_core::pipeline::StepReport;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +23,9 @@ pub struct EvalPoint {
     pub failed: usize,
     /// Seconds since the run started.
     pub at_s: f64,
+    /// Accuracy per domain of an RLVR run's held-out prompts (empty for an agentic run).
+    #[serde(default)]
+    pub by_domain: BTreeMap<String, f64>,
 }
 
 /// The SFT stage.
@@ -150,6 +154,30 @@ impl fmt::Display for RunSummary {
                 )?;
             }
             writeln!(f)?;
+            let domains: Vec<&String> = self
+                .evals
+                .iter()
+                .flat_map(|e| e.by_domain.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if domains.len() > 1 {
+                writeln!(f, "### Solved per domain\n")?;
+                let names: Vec<&str> = domains.iter().map(|d| d.as_str()).collect();
+                writeln!(f, "| when | {} |", names.join(" | "))?;
+                writeln!(f, "|---|{}", "---:|".repeat(domains.len()))?;
+                for e in &self.evals {
+                    let cells: Vec<String> = domains
+                        .iter()
+                        .map(|d| match e.by_domain.get(*d) {
+                            Some(a) => format!("{:.1}%", 100.0 * a),
+                            None => "–".into(),
+                        })
+                        .collect();
+                    writeln!(f, "| {} | {} |", e.label, cells.join(" | "))?;
+                }
+                writeln!(f)?;
+            }
         }
         writeln!(f, "## Stages\n")?;
         writeln!(f, "| stage | steps | time (s) | start → end |")?;

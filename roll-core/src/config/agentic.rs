@@ -39,6 +39,13 @@ pub struct AgenticConfig {
     /// its episode, not the run. Default `30.0`.
     #[serde(default = "default_step_timeout")]
     pub step_timeout: f64,
+    /// The watchdog's bound, in seconds (> 0): an episode that makes no progress (no reset,
+    /// step or generation finished) for this long is named in the log — environment, thread,
+    /// episode, what it is waiting on and for how long — once per wait, and counted in
+    /// `rollout/calls_overdue`. A stuck step is also cut at `step_timeout`; a stuck generation
+    /// is only reported. Default `60.0`. ROLL: `env_monitor.hung_timeout`.
+    #[serde(default = "default_hung_timeout")]
+    pub hung_timeout: f64,
     /// Reward given for an action the environment cannot parse (<= 0). Default `0.0`.
     /// ROLL: `format_penalty` (ROLL examples: sokoban −0.15, frozen lake −0.01).
     #[serde(default)]
@@ -60,6 +67,9 @@ fn default_max_tokens_per_turn() -> u32 {
 fn default_step_timeout() -> f64 {
     30.0
 }
+fn default_hung_timeout() -> f64 {
+    60.0
+}
 
 impl AgenticConfig {
     /// Settings for playing `env`, every other key at its default.
@@ -72,6 +82,7 @@ impl AgenticConfig {
             max_turns: default_max_turns(),
             max_tokens_per_turn: default_max_tokens_per_turn(),
             step_timeout: default_step_timeout(),
+            hung_timeout: default_hung_timeout(),
             format_penalty: 0.0,
         }
     }
@@ -84,6 +95,7 @@ impl AgenticConfig {
         c.at_least("max_turns", self.max_turns.into(), 1)?;
         c.at_least("max_tokens_per_turn", self.max_tokens_per_turn.into(), 1)?;
         c.positive("step_timeout", self.step_timeout)?;
+        c.positive("hung_timeout", self.hung_timeout)?;
         c.require(
             self.format_penalty.is_finite() && self.format_penalty <= 0.0,
             "format_penalty",

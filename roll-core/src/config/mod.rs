@@ -313,7 +313,7 @@ impl Config {
                         "rollout.hang_warning_s",
                         r.hang_warning_s != defaults.hang_warning_s,
                         r.hang_warning_s,
-                        "the environment's own timeouts (the agentic scheduler has no watchdog)",
+                        "`agentic.hung_timeout` (the environment manager's watchdog)",
                     ),
                 ];
                 for (key, set, value, instead) in rlvr_only {

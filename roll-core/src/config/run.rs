@@ -42,6 +42,15 @@ pub struct RunConfig {
     /// Continue from the newest readable checkpoint in `<output_dir>/checkpoints/` (a fresh
     /// start when there is none). Default `false`. ROLL: `resume_from_checkpoint`.
     pub resume: bool,
+    /// Write TensorBoard event files (every metric as a scalar, by step) to
+    /// `<output_dir>/tensorboard/`, beside `metrics.jsonl`. Default `false`. ROLL:
+    /// `track_with = "tensorboard"`.
+    pub tensorboard: bool,
+    /// Serve the run's metrics in Prometheus' text format at
+    /// `http://127.0.0.1:<port>/metrics` while it runs (loopback only); `0` lets the system
+    /// pick a free port, which the log names. Default: none (no endpoint). ROLL has no
+    /// equivalent.
+    pub prometheus_port: Option<u16>,
 }
 
 impl Default for RunConfig {
@@ -56,6 +65,8 @@ impl Default for RunConfig {
             save_every: 0,
             keep_checkpoints: 2,
             resume: false,
+            tensorboard: false,
+            prometheus_port: None,
         }
     }
 }

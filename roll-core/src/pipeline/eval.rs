@@ -4,6 +4,7 @@ use crate::policy::{Generate, GenerationRequest, SamplingParams};
 use crate::rng::mix64;
 use crate::tokenizer::{Tokenizer, encode_prompt};
 use crate::{GroupId, Prompt, Result, RewardWorker, Sample, SampleId};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -44,6 +45,21 @@ impl EvalReport {
     pub fn reward_mean(&self) -> f64 {
         let sum: f64 = self.outcomes.iter().map(|o| f64::from(o.reward)).sum();
         sum / self.outcomes.len().max(1) as f64
+    }
+
+    /// Fraction solved per domain (the prompts' domains, resolved when the run was built), for
+    /// a run that mixes domains; one entry per domain present.
+    pub fn accuracy_by_domain(&self) -> BTreeMap<String, f64> {
+        let mut counts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for o in &self.outcomes {
+            let (solved, total) = counts.entry(o.prompt.domain.as_str()).or_default();
+            *solved += usize::from(o.solved);
+            *total += 1;
+        }
+        counts
+            .into_iter()
+            .map(|(d, (solved, total))| (d.to_owned(), solved as f64 / total as f64))
+            .collect()
     }
 
     /// Prompts whose generation or reward failed (they count as unsolved).
@@ -167,11 +183,11 @@ mod tests {
     async fn greedy_answers_are_scored_and_failures_cost_one_prompt() {
         // A policy that can only say 'a'.
         let policy = Arc::new(MockPolicy::new(vec![u32::from(b'a')], None).unwrap());
-        let prompts: Vec<Prompt> = [("x", "a"), ("y", "b"), ("boom", "a")]
+        let prompts: Vec<Prompt> = [("x", "a", "d"), ("y", "b", "e"), ("boom", "a", "d")]
             .iter()
             .enumerate()
-            .map(|(i, (t, g))| {
-                Prompt::new(crate::PromptId(i as u64), *t, "d").with_ground_truth(*g)
+            .map(|(i, (t, g, tag))| {
+                Prompt::new(crate::PromptId(i as u64), *t, *tag).with_ground_truth(*g)
             })
             .collect();
         let greedy = SamplingParams {
@@ -193,5 +209,8 @@ mod tests {
                 .contains("boom")
         );
         assert!((report.accuracy() - 1.0 / 3.0).abs() < 1e-9);
+        // Per domain: `d` has the solved prompt and the failed one, `e` the wrong answer.
+        let by_domain: Vec<(String, f64)> = report.accuracy_by_domain().into_iter().collect();
+        assert_eq!(by_domain, [("d".into(), 0.5), ("e".into(), 0.0)]);
     }
 }

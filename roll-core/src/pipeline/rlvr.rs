@@ -10,7 +10,7 @@ use roll_algos::AlgorithmConfig;
 use roll_algos::kl::KlControllerState;
 use roll_algos::shaping::DomainMoments;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -224,7 +224,7 @@ impl RlvrPipeline {
                 .map_err(|e| Error::from_algo(e, "algorithm."))?;
         }
 
-        let mut metrics = std::collections::BTreeMap::new();
+        let mut metrics = BTreeMap::new();
         let mut version = self.actor.weight_version();
         let trained_tokens = train_batch.num_trained_tokens();
         if !train_batch.is_empty() && trained_tokens > 0 {
@@ -312,8 +312,38 @@ impl RlvrPipeline {
         if let Some(kl) = batch_stats.token_kl_mean {
             add("batch/token_kl_mean", f64::from(kl));
         }
-        for (k, v) in &metrics {
-            metrics::gauge!(format!("roll/{k}")).set(*v);
+        // Episodes (trajectories that record their turns): turns per episode, and the share
+        // whose environment reported a success (an episode that never said counts as not
+        // solved, as in the held-out evaluation).
+        let episodes: Vec<&&Sample> = samples
+            .iter()
+            .filter(|s| s.info.contains_key("turns"))
+            .collect();
+        if !episodes.is_empty() {
+            let n = episodes.len() as f64;
+            let turns: f64 = episodes
+                .iter()
+                .filter_map(|s| s.info.get("turns").and_then(serde_json::Value::as_f64))
+                .sum();
+            let solved = episodes
+                .iter()
+                .filter(|s| {
+                    s.info.get("success").and_then(serde_json::Value::as_bool) == Some(true)
+                })
+                .count();
+            add("episode/turns_mean", turns / n);
+            add("episode/success_rate", solved as f64 / n);
+        }
+        for (domain, d) in domain_metrics(&batch.groups) {
+            add(&format!("domain/{domain}/prompts"), d.groups as f64);
+            add(
+                &format!("domain/{domain}/reward_mean"),
+                d.reward / d.samples as f64,
+            );
+            add(
+                &format!("domain/{domain}/score_mean"),
+                d.score / d.samples as f64,
+            );
         }
 
         let report = StepReport {
@@ -338,6 +368,35 @@ impl RlvrPipeline {
     pub fn weight_version(&self) -> WeightVersion {
         self.actor.weight_version()
     }
+}
+
+/// One domain's share of a batch.
+#[derive(Default)]
+struct DomainTotals {
+    groups: usize,
+    samples: usize,
+    reward: f64,
+    score: f64,
+}
+
+/// The groups, samples, reward and task-score sums of each domain in `groups` (the prompt's
+/// domain: the RLVR domain, or the environment of an agentic run). A sample without a reward
+/// counts as 0, as in the batch-wide means.
+fn domain_metrics(groups: &[Group]) -> BTreeMap<&str, DomainTotals> {
+    let mut by_domain: BTreeMap<&str, DomainTotals> = BTreeMap::new();
+    for g in groups {
+        let d = by_domain.entry(g.prompt().domain.as_str()).or_default();
+        d.groups += 1;
+        for s in g.samples() {
+            d.samples += 1;
+            if let Some(r) = &s.reward {
+                d.reward += f64::from(r.value);
+                d.score += f64::from(r.score_or_value());
+            }
+        }
+    }
+    by_domain.retain(|_, d| d.samples > 0);
+    by_domain
 }
 
 fn missing_role(role: &str, needed_by: &str) -> Error {

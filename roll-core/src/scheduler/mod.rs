@@ -34,7 +34,9 @@ pub struct RolloutStats {
     pub samples_wasted: u64,
     /// Prompts whose groups were aborted when the batch closed and that start again next step.
     pub prompts_requeued: u64,
-    /// Generation or reward calls the watchdog reported as waiting past its bound.
+    /// Waits the watchdog reported as past its bound: generation or reward calls (RLVR,
+    /// `rollout.hang_warning_s`), episodes stuck in a step or a generation (agentic,
+    /// `agentic.hung_timeout`).
     pub calls_overdue: u64,
     /// Samples dropped because their reward worker (or environment) failed.
     pub samples_failed: u64,

@@ -57,19 +57,24 @@ impl Default for EnvManagerConfig {
 
 impl EnvManagerConfig {
     /// The manager settings of an `[agentic]` config section: group sizes, turn and token limits,
-    /// the step timeout; the domain is the environment kind and `seed` seeds groups and sampling.
+    /// the step timeout and the watchdog's bound; the domain is the environment kind and `seed` seeds groups and sampling.
     ///
     /// # Errors
-    /// [`EnvError::InvalidOption`] if `step_timeout` is not a usable number of seconds.
+    /// [`EnvError::InvalidOption`] if `step_timeout` or `hung_timeout` is not a usable number
+    /// of seconds.
     pub fn from_agentic(agentic: &AgenticConfig, seed: u64) -> Result<Self, EnvError> {
-        let step_timeout = Duration::try_from_secs_f64(agentic.step_timeout)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| EnvError::InvalidOption {
-                key: "step_timeout",
-                value: agentic.step_timeout.to_string(),
-                allowed: "a positive number of seconds".into(),
-            })?;
+        let seconds = |key: &'static str, value: f64| {
+            Duration::try_from_secs_f64(value)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| EnvError::InvalidOption {
+                    key,
+                    value: value.to_string(),
+                    allowed: "a positive number of seconds".into(),
+                })
+        };
+        let step_timeout = seconds("step_timeout", agentic.step_timeout)?;
+        let hung_timeout = seconds("hung_timeout", agentic.hung_timeout)?;
         let mut episode = EpisodeConfig {
             max_turns: agentic.max_turns,
             max_tokens_per_turn: agentic.max_tokens_per_turn,
@@ -82,6 +87,7 @@ impl EnvManagerConfig {
             group_size_redundancy: agentic.group_size_redundancy as usize,
             episode,
             step_timeout,
+            hung_timeout,
             seed,
             ..Self::default()
         })

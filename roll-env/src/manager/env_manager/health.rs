@@ -62,6 +62,7 @@ impl EnvManager {
             {
                 self.slots[index].stall_reported = Some(status.since);
                 self.totals.stalls += 1;
+                stats.calls_overdue += 1;
                 let kind = IncidentKind::Stalled {
                     phase: status.phase,
                     since: status.since,
