@@ -1,6 +1,7 @@
 //! Held-out evaluation of a policy on an environment: one episode per seed, played on a pool of
 //! threads so that the policy's engine sees many requests at once.
 
+use crate::wrappers::CallTimeout;
 use crate::{EnvError, EnvFactory};
 use roll_core::episode::{EpisodeConfig, EpisodeIds, play_episode};
 use roll_core::policy::Generate;
@@ -78,10 +79,10 @@ impl EpisodeEval {
 /// `temperature = 0`, for a deterministic evaluation) on up to `threads` threads, each with its
 /// own environment from `factory`.
 ///
-/// An environment that fails or panics costs its episode (recorded with the error; its thread
-/// builds a fresh environment), never the evaluation. Unlike the
-/// [`EnvManager`](crate::EnvManager) there is no step timeout: an environment that never returns
-/// holds its thread (and the evaluation) until it does.
+/// An environment that fails, panics, or takes longer than `step_timeout` in a reset or step
+/// costs its episode (recorded with the error; its thread builds a fresh environment), never the
+/// evaluation: each environment runs behind a [`CallTimeout`], and one that hangs is abandoned
+/// on its own thread. (A generation that never returns is the engine's to bound.)
 ///
 /// # Errors
 /// [`EnvError::NoRuntime`] outside a tokio runtime; [`EnvError::Spawn`] if no thread starts.
@@ -92,6 +93,7 @@ pub async fn evaluate_episodes(
     seeds: &[u64],
     episode: &EpisodeConfig,
     threads: usize,
+    step_timeout: Duration,
 ) -> Result<EpisodeEval, EnvError> {
     let runtime = Handle::try_current().map_err(|_| EnvError::NoRuntime)?;
     let started = Instant::now();
@@ -106,6 +108,7 @@ pub async fn evaluate_episodes(
             tokenizer,
             factory,
             episode,
+            step_timeout,
             seeds: &seeds,
             next: &next,
         };
@@ -153,6 +156,7 @@ struct Job<'a> {
     tokenizer: Arc<dyn Tokenizer>,
     factory: EnvFactory,
     episode: EpisodeConfig,
+    step_timeout: Duration,
     seeds: &'a [u64],
     next: &'a AtomicUsize,
 }
@@ -179,7 +183,10 @@ impl Job<'_> {
     ) -> EpisodeOutcome {
         if env.is_none() {
             match catch_unwind(AssertUnwindSafe(|| self.factory.build())) {
-                Ok(Ok(e)) => *env = Some(e),
+                Ok(Ok(e)) => match CallTimeout::new(e, self.step_timeout) {
+                    Ok(timed) => *env = Some(Box::new(timed)),
+                    Err(e) => return failed(seed, e.to_string()),
+                },
                 Ok(Err(e)) => return failed(seed, e.to_string()),
                 Err(_) => return failed(seed, "building the environment panicked".into()),
             }
@@ -248,6 +255,8 @@ mod tests {
     use roll_core::config::ComponentSpec;
     use roll_core::testing::{ByteTokenizer, MockPolicy, ScriptedPolicy};
 
+    const SECOND: Duration = Duration::from_secs(1);
+
     fn lake() -> EnvFactory {
         // gymnasium's 4×4 map, not slippery: Right, Right, Down, Down, Down, Right reaches the
         // goal; Left at the start never moves.
@@ -274,6 +283,7 @@ mod tests {
             &[1, 2, 3],
             &config,
             2,
+            SECOND,
         )
         .await
         .unwrap();
@@ -296,6 +306,7 @@ mod tests {
             &[5],
             &config,
             1,
+            SECOND,
         )
         .await
         .unwrap();
@@ -313,6 +324,7 @@ mod tests {
             &[9],
             &config,
             1,
+            SECOND,
         )
         .await
         .unwrap();
@@ -338,11 +350,64 @@ mod tests {
             &[1, 2],
             &EpisodeConfig::default(),
             2,
+            SECOND,
         )
         .await
         .unwrap();
         assert_eq!(eval.failed(), 2);
         assert!(eval.outcomes[0].error.as_deref().unwrap().contains("`x`"));
         assert_eq!(eval.success_rate(), 0.0);
+    }
+
+    /// FrozenLake, except that the episode of seed 2 hangs in its first step.
+    struct HangsOnSeed2 {
+        lake: Box<dyn roll_core::Env>,
+        seed: u64,
+    }
+
+    impl roll_core::Env for HangsOnSeed2 {
+        fn reset(&mut self, seed: u64) -> roll_core::Result<roll_core::Observation> {
+            self.seed = seed;
+            self.lake.reset(seed)
+        }
+
+        fn step(&mut self, action: &str) -> roll_core::Result<roll_core::StepResult> {
+            if self.seed == 2 {
+                std::thread::sleep(Duration::from_secs(30));
+            }
+            self.lake.step(action)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_environment_costs_its_episode_not_the_evaluation() {
+        let hangs = EnvFactory::new("hangs", || {
+            Ok::<_, EnvError>(HangsOnSeed2 {
+                lake: lake().build()?,
+                seed: 0,
+            })
+        });
+        let started = Instant::now();
+        let eval = evaluate_episodes(
+            Arc::new(ScriptedPolicy::new(["<answer>Down</answer>"])),
+            Arc::new(ByteTokenizer),
+            &hangs,
+            &[1, 2, 3, 4],
+            &EpisodeConfig {
+                max_turns: 6,
+                ..Default::default()
+            },
+            // One thread: the episodes after the hung one run on a fresh environment.
+            1,
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10), "it waited");
+        let failed: Vec<bool> = eval.outcomes.iter().map(|o| o.error.is_some()).collect();
+        assert_eq!(failed, [false, true, false, false]);
+        let error = eval.outcomes[1].error.as_deref().unwrap();
+        assert!(error.contains("step timed out after 200ms"), "{error}");
+        assert_eq!(eval.outcomes[3].end, "terminated", "seed 4 played out");
     }
 }

@@ -335,6 +335,7 @@ impl RunBuilder {
                 seeds: std::mem::take(&mut self.eval_seeds),
                 factory: self.envs.factory(env)?,
                 episode,
+                step_timeout: manager.step_timeout,
             }));
         }
         if !self.eval_seeds.is_empty() {

@@ -60,6 +60,9 @@ pub(crate) enum Evaluation {
         seeds: Vec<u64>,
         factory: EnvFactory,
         episode: EpisodeConfig,
+        /// `agentic.step_timeout`: a held-out episode whose environment hangs costs that
+        /// episode only.
+        step_timeout: Duration,
     },
 }
 
@@ -529,6 +532,7 @@ impl Run {
                 seeds,
                 factory,
                 episode,
+                step_timeout,
             } => {
                 let report = evaluate_episodes(
                     policy,
@@ -537,6 +541,7 @@ impl Run {
                     seeds,
                     episode,
                     EVAL_THREADS,
+                    *step_timeout,
                 )
                 .await?;
                 line.insert("success_rate".into(), report.success_rate().into());

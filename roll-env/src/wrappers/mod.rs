@@ -6,6 +6,7 @@
 //! | [`StepLimit`] | the `n`-th step of an episode is returned [`Truncated`](roll_core::EnvStatus::Truncated) (ROLL's `max_steps`) |
 //! | [`FormatPenalty`] | a step marked [invalid](roll_core::StepResult::with_action_valid) gets `penalty ≤ 0` added to its reward (ROLL's `format_penalty`) |
 //! | [`EpisodeGuard`] | `step` before `reset` or after the episode ended is a named [`EnvError`] |
+//! | [`CallTimeout`] | a `reset` or `step` that takes longer than a limit fails, and the environment is abandoned |
 //!
 //! An environment then only implements its task: it parses the action, answers an invalid one
 //! with a no-op step marked `with_action_valid(false)`, and ends the episode when the task says
@@ -32,10 +33,12 @@
 //! Order matters only for the guard: put it outermost, so that it sees the status the agent
 //! sees (a truncation by [`StepLimit`] included).
 
+mod call_timeout;
 mod episode_guard;
 mod format_penalty;
 mod step_limit;
 
+pub use call_timeout::CallTimeout;
 pub use episode_guard::EpisodeGuard;
 pub use format_penalty::FormatPenalty;
 pub use step_limit::StepLimit;
