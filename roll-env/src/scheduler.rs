@@ -17,8 +17,12 @@ const DEFAULT_FILTER_BUDGET: u64 = 10;
 /// Collects `num_groups` complete groups of trajectories per batch from an [`EnvManager`], so an
 /// agentic pipeline uses it exactly as an RLVR pipeline uses the RLVR scheduler.
 ///
-/// Synchronous: each [`next_batch`](Scheduler::next_batch) starts its groups, waits for them and
-/// aborts what is left (ROLL's agentic rollout with `async_generation_ratio = 0`).
+/// Synchronous by default: each [`next_batch`](Scheduler::next_batch) starts its groups, waits
+/// for them and aborts what is left (ROLL's agentic rollout with `async_generation_ratio = 0`).
+/// With [`EnvManagerConfig::max_staleness`] `k ≥ 1` the next batch's groups start as soon as a
+/// batch is handed over and play while it trains; groups older than `k` weight versions are
+/// replaced. A checkpoint then lists the open groups, and a restored scheduler starts them
+/// again (same ids and seeds, current weights).
 ///
 /// With [`with_filter`](Self::with_filter) (e.g. `algorithm.dynamic_filter`), a finished group
 /// the filter rejects does not count: it is replaced by a new group on a new seed, as the RLVR
@@ -160,6 +164,7 @@ impl Scheduler for AgenticScheduler {
             pending: Vec::new(),
             next_group,
             next_sample,
+            open_groups: self.manager.open_groups().iter().map(|g| g.0).collect(),
         })
     }
 
@@ -177,9 +182,15 @@ impl Scheduler for AgenticScheduler {
                 ),
             ));
         }
-        Ok(self
-            .manager
-            .resume_at((state.next_group, state.next_sample))?)
+        self.manager
+            .resume_at((state.next_group, state.next_sample))?;
+        let open: Vec<roll_core::GroupId> = state
+            .open_groups
+            .iter()
+            .copied()
+            .map(roll_core::GroupId)
+            .collect();
+        Ok(self.manager.reopen(&open)?)
     }
 }
 

@@ -493,3 +493,85 @@ async fn a_filter_error_counts_as_a_rejection_and_is_reported() {
         "{err}"
     );
 }
+
+/// Bumps the policy's weight version, as a training step does.
+async fn train(policy: &MockPolicy) {
+    use roll_core::Train;
+    let objective = roll_core::policy::Objective::default();
+    policy
+        .train_step(roll_core::TrainBatch::default(), &objective)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_batches_play_during_training_and_drop_groups_past_the_staleness_bound() {
+    let mut cfg = config(2, 0, 8);
+    cfg.max_staleness = 1;
+    let policy = policy();
+    let mut m = EnvManager::new(
+        cfg,
+        walk(3, Fault::None, false),
+        policy.clone(),
+        Arc::new(ByteTokenizer),
+    )
+    .unwrap();
+    let first = m.collect(2).await.unwrap();
+    assert_eq!(first.groups.len(), 2);
+    // The next batch was started when this one was handed over: it plays while "training".
+    let next: Vec<u64> = m.open_groups().iter().map(|g| g.0).collect();
+    assert_eq!(next, [2, 3]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    train(&policy).await;
+    let second = m.collect(2).await.unwrap();
+    let ids: Vec<u64> = second.groups.iter().map(|g| g.id().0).collect();
+    assert_eq!(ids, [2, 3], "the groups started ahead make the next batch");
+    assert_eq!(second.stats.groups_stale, 0);
+    // Played on version 0 and trained on at version 1: one version stale, within the bound.
+    assert_eq!(second.stats.max_staleness, 1);
+    // Two trainings before the next collect: the groups started ahead (played on version 1)
+    // are then two versions old, so both are replaced by new groups played on version 3.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    train(&policy).await;
+    train(&policy).await;
+    let third = m.collect(2).await.unwrap();
+    assert_eq!(third.stats.groups_stale, 2, "{:?}", third.stats);
+    let ids: Vec<u64> = third.groups.iter().map(|g| g.id().0).collect();
+    assert_eq!(ids, [6, 7]);
+    assert_eq!(third.stats.max_staleness, 0);
+    let current = policy.weight_version();
+    for s in third.groups.iter().flat_map(Group::samples) {
+        assert!(s.weight_version().unwrap().staleness(current) <= 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_scheduler_checkpoints_its_open_groups_and_restarts_them() {
+    let mut cfg = config(2, 0, 8);
+    cfg.max_staleness = 1;
+    let mut a =
+        AgenticScheduler::new(manager(cfg.clone(), walk(3, Fault::None, false)), 2).unwrap();
+    a.next_batch(WeightVersion(0)).await.unwrap();
+    let state = a.save_state().unwrap();
+    assert_eq!(state.open_groups, [2, 3]);
+    assert_eq!(state.next_group, 4);
+    // A scheduler restored from it plays those groups first, on their own seeds (with new
+    // sample ids: they are played again, as an asynchronous RLVR run's pending prompts are).
+    let mut b =
+        AgenticScheduler::new(manager(cfg.clone(), walk(3, Fault::None, false)), 2).unwrap();
+    b.restore_state(state).unwrap();
+    let resumed = b.next_batch(WeightVersion(0)).await.unwrap();
+    let continued = a.next_batch(WeightVersion(0)).await.unwrap();
+    let key = |batch: &roll_core::RolloutBatch| -> Vec<(u64, u64)> {
+        batch
+            .groups
+            .iter()
+            .map(|g| (g.id().0, g.prompt().id.0))
+            .collect()
+    };
+    assert_eq!(key(&resumed), key(&continued));
+    assert_eq!(
+        key(&resumed).iter().map(|k| k.0).collect::<Vec<_>>(),
+        [2, 3]
+    );
+}

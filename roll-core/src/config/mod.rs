@@ -307,7 +307,7 @@ impl Config {
                         "rollout.max_staleness",
                         r.max_staleness != defaults.max_staleness,
                         u64::from(r.max_staleness),
-                        "0: the agentic scheduler is synchronous",
+                        "`agentic.max_staleness`",
                     ),
                     (
                         "rollout.hang_warning_s",

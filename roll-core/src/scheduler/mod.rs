@@ -169,4 +169,8 @@ pub struct SchedulerState {
     pub next_group: u64,
     /// The next sample id.
     pub next_sample: u64,
+    /// Groups open when the state was saved (an asynchronous agentic scheduler's next batch,
+    /// already playing), started again on restore with the same ids and seeds.
+    #[serde(default)]
+    pub open_groups: Vec<u64>,
 }

@@ -607,6 +607,7 @@ impl Scheduler for RlvrScheduler {
             pending,
             next_group: self.next_group,
             next_sample: self.next_sample,
+            open_groups: Vec::new(),
         })
     }
 

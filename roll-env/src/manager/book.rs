@@ -86,10 +86,28 @@ impl Book {
         self.next_sample = next_sample;
     }
 
+    /// Groups started and not yet complete, dropped or aborted.
+    pub(crate) fn open_groups(&self) -> Vec<GroupId> {
+        self.groups.keys().copied().collect()
+    }
+
     /// Opens a group and queues its episodes, all on the group's seed.
     pub(crate) fn start_group(&mut self) -> GroupId {
         let id = GroupId(self.next_group);
         self.next_group += 1;
+        self.open(id);
+        id
+    }
+
+    /// Opens group `id` again (one that was open when a checkpoint was taken): the same seed,
+    /// new sample ids.
+    pub(crate) fn reopen_group(&mut self, id: GroupId) {
+        if !self.groups.contains_key(&id) {
+            self.open(id);
+        }
+    }
+
+    fn open(&mut self, id: GroupId) {
         let seed = sample_seed(self.seed, id.0, 0);
         self.groups.insert(
             id,
@@ -107,7 +125,6 @@ impl Book {
                 self.spare.push_back(job);
             }
         }
-        id
     }
 
     fn new_job(&mut self, group: GroupId, seed: u64) -> u64 {
@@ -215,6 +232,16 @@ impl Book {
             }
         }
         Some(g)
+    }
+
+    /// The complete group that completed first, if any.
+    pub(crate) fn pop_ready(&mut self) -> Option<Group> {
+        (!self.ready.is_empty()).then(|| self.ready.remove(0))
+    }
+
+    /// Complete groups not yet taken.
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready.len()
     }
 
     /// Complete groups, in completion order.

@@ -35,6 +35,10 @@ pub struct EnvManagerConfig {
     /// replays the same rollout (groups without redundancy, where timing cannot choose which
     /// episodes count). Default `42`.
     pub seed: u64,
+    /// `0`: synchronous batches. `k ≥ 1`: when a batch is handed over, the next batch's groups
+    /// start at once (they play while the policy trains), and a finished group is kept only if
+    /// its oldest turn is at most `k` weight versions old. `agentic.max_staleness`.
+    pub max_staleness: u64,
     /// Episodes that may fail in a row before [`collect`](super::EnvManager::collect) gives up.
     /// `0` (default): twice the episodes of a batch, at least 8.
     pub max_consecutive_failures: u64,
@@ -50,6 +54,7 @@ impl Default for EnvManagerConfig {
             hung_timeout: Duration::from_secs(3600),
             num_threads: 0,
             seed: 42,
+            max_staleness: 0,
             max_consecutive_failures: 0,
         }
     }
@@ -89,6 +94,7 @@ impl EnvManagerConfig {
             step_timeout,
             hung_timeout,
             seed,
+            max_staleness: u64::from(agentic.max_staleness),
             ..Self::default()
         })
     }

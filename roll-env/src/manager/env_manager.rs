@@ -11,7 +11,7 @@ use super::slot::{Event, Job, Outcome};
 use crate::{EnvError, EnvFactory};
 use roll_core::scheduler::{GroupFilter, RolloutBatch, RolloutStats};
 use roll_core::tokenizer::Tokenizer;
-use roll_core::{Generate, Group};
+use roll_core::{Generate, Group, GroupId, WeightVersion};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -293,10 +293,15 @@ impl EnvManager {
         while let Ok(event) = self.events.try_recv() {
             self.on_event(event, &mut stats)?;
         }
-        for _ in 0..num_groups {
+        // Asynchronous: groups started when the last batch was handed over count toward this one
+        // (whether they are still playing or already complete).
+        let open = self.book.open_groups().len() + self.book.ready_len();
+        for _ in open..num_groups {
             self.book.start_group();
             stats.prompts_started += 1;
         }
+        let current = self.policy.weight_version();
+        let max_staleness = self.config.max_staleness;
         let mut kept: Vec<Group> = Vec::with_capacity(num_groups);
         let mut last_filter_error = None;
         while kept.len() < num_groups {
@@ -310,14 +315,30 @@ impl EnvManager {
                     last: self.last_error.clone().unwrap_or_default(),
                 });
             }
-            // The manager holds a sender itself, so the channel never closes.
-            let event = self.events.recv().await.ok_or(EnvError::Closed)?;
-            self.on_event(event, &mut stats)?;
+            if self.book.ready_len() == 0 {
+                // The manager holds a sender itself, so the channel never closes.
+                let event = self.events.recv().await.ok_or(EnvError::Closed)?;
+                self.on_event(event, &mut stats)?;
+            }
             while let Ok(event) = self.events.try_recv() {
                 self.on_event(event, &mut stats)?;
             }
             self.check_threads(&mut stats)?;
-            for group in self.book.take_ready() {
+            // One group at a time: complete groups beyond this batch's stay for the next.
+            while kept.len() < num_groups {
+                let Some(group) = self.book.pop_ready() else {
+                    break;
+                };
+                if max_staleness > 0
+                    && oldest_version(&group, current).staleness(current) > max_staleness
+                {
+                    // Played too long ago (it waited through several trainings): replaced.
+                    stats.groups_stale += 1;
+                    stats.samples_wasted += group.len() as u64;
+                    self.book.start_group();
+                    stats.prompts_started += 1;
+                    continue;
+                }
                 let Some((f, allowed)) = filter else {
                     kept.push(group);
                     continue;
@@ -347,15 +368,53 @@ impl EnvManager {
                 stats.prompts_started += 1;
             }
         }
-        // Replacement groups the batch did not need: a synchronous batch leaves nothing open,
-        // so the manager's whole position is its counters (see `position`).
-        self.book.abort_all();
+        if max_staleness == 0 {
+            // Replacement groups the batch did not need: a synchronous batch leaves nothing
+            // open, so the manager's whole position is its counters (see `position`).
+            self.book.abort_all();
+            self.book.take_ready();
+        } else {
+            // The next batch starts now, on the threads this one freed, and plays while the
+            // batch trains; replacement groups still open or complete count toward it.
+            let open = self.book.open_groups().len() + self.book.ready_len();
+            for _ in open..num_groups {
+                self.book.start_group();
+                stats.prompts_started += 1;
+            }
+            self.dispatch()?;
+        }
         kept.sort_by_key(Group::id);
         stats.record_staleness(&kept, self.policy.weight_version());
         Ok(RolloutBatch {
             groups: kept,
             stats,
         })
+    }
+
+    /// Groups open now (asynchronous mode: started for the next batch, or in flight), to be
+    /// started again by a manager restored from a checkpoint ([`reopen`](Self::reopen)).
+    pub fn open_groups(&self) -> Vec<GroupId> {
+        self.book.open_groups()
+    }
+
+    /// Starts `groups` again (the open groups of a checkpoint), before the first batch: the same
+    /// ids and seeds, played on the current weights.
+    ///
+    /// # Errors
+    /// [`EnvError::InvalidOption`] if a group id is not below the position's next group id.
+    pub fn reopen(&mut self, groups: &[GroupId]) -> Result<(), EnvError> {
+        let (next_group, _) = self.book.position();
+        for &g in groups {
+            if g.0 >= next_group {
+                return Err(EnvError::InvalidOption {
+                    key: "open group",
+                    value: g.to_string(),
+                    allowed: format!("a group id below the next one ({next_group})"),
+                });
+            }
+            self.book.reopen_group(g);
+        }
+        Ok(())
     }
 
     fn on_event(&mut self, event: Event, stats: &mut RolloutStats) -> Result<(), EnvError> {
@@ -457,4 +516,15 @@ impl Drop for EnvManager {
             s.jobs = None;
         }
     }
+}
+
+/// The oldest weight version that generated any turn of `group` (`current` for a group with no
+/// versioned turn).
+fn oldest_version(group: &Group, current: WeightVersion) -> WeightVersion {
+    group
+        .samples()
+        .iter()
+        .filter_map(|s| s.weight_version().ok())
+        .min()
+        .unwrap_or(current)
 }
