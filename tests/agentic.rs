@@ -286,3 +286,68 @@ async fn a_hung_environment_costs_its_episode_and_the_watchdog_names_it() {
     );
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_agentic_run_overlaps_play_and_training_within_the_bound() {
+    let out = out_dir("agentic-async");
+    let config = ConfigLoader::new()
+        .toml_str(format!(
+            r#"
+            pipeline = "agentic"
+            [run]
+            max_steps = 2
+            output_dir = "{}"
+            save_every = 2
+            [model.source]
+            kind = "hf_dir"
+            path = "{FIXTURE}"
+            [agentic]
+            num_groups = 2
+            group_size = 2
+            max_turns = 2
+            max_tokens_per_turn = 6
+            max_staleness = 1
+            [agentic.env]
+            kind = "frozen_lake"
+            size = 3
+            is_slippery = false
+            max_steps = 2
+            "#,
+            out.display()
+        ))
+        .load()
+        .expect("config");
+    let mut run = RunBuilder::new(config).build().expect("build");
+    let summary = run.train().await.expect("train");
+    assert_eq!(summary.rl.len(), 2);
+    let mut one_behind = 0.0;
+    for step in &summary.rl {
+        assert_eq!(step.groups, 2, "{step}");
+        assert!(step.metrics["rollout/max_staleness"] <= 1.0, "{step}");
+        one_behind += step.metrics["rollout/staleness_1"];
+    }
+    // The groups of the second step started while the first trained.
+    assert!(one_behind > 0.0, "no episode overlapped a training step");
+    // The checkpoint lists the next batch's groups, already playing when it was taken.
+    let dir = std::fs::read_dir(out.join("checkpoints"))
+        .expect("checkpoints")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.join("state.json").exists())
+        .expect("the last step's checkpoint");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).expect("state"))
+            .expect("JSON");
+    fn find<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.get(key).or_else(|| m.values().find_map(|v| find(v, key)))
+            }
+            _ => None,
+        }
+    }
+    assert_eq!(
+        find(&state, "open_groups"),
+        Some(&serde_json::json!([4, 5]))
+    );
+    let _ = std::fs::remove_dir_all(out);
+}

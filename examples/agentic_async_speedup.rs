@@ -1,0 +1,137 @@
+//! agentic_async_speedup — synchronous vs asynchronous agentic RL when environments are slow.
+//!
+//! ```sh
+//! cargo run --release --example agentic_async_speedup [-- STEPS]
+//! ```
+//!
+//! The environment asks three sums in a row (as `custom_env`), and every step takes a random
+//! time, as a tool call or a simulator would: 10–190 ms, drawn from the episode's seed and turn.
+//! The tiny Qwen2 fixture plays 8 groups of 8 episodes per step, `STEPS` steps (default 20),
+//! twice: with `agentic.max_staleness = 0` (each batch is played from start to end, then
+//! trained on while the environments idle) and `= 1` (the next batch's episodes play while the
+//! trainer trains; every turn at most one weight version old). It prints the wall-clock time of
+//! the RL steps, the speedup, and the mean episode reward of the first and last five steps, so
+//! that a speedup is not bought with worse learning.
+
+use roll::core::rng::mix64;
+use roll::core::{Env, Observation, StepResult};
+use roll::prelude::*;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct SlowSums {
+    seed: u64,
+    turn: u64,
+}
+
+impl SlowSums {
+    fn operands(&self) -> (u64, u64) {
+        let x = mix64(self.seed ^ self.turn);
+        (x % 10, (x / 10) % 10)
+    }
+}
+
+impl Env for SlowSums {
+    fn reset(&mut self, seed: u64) -> roll::core::Result<Observation> {
+        (self.seed, self.turn) = (seed, 0);
+        let (a, b) = self.operands();
+        Ok(Observation::new(format!("Q: {a}+{b}=? A:")))
+    }
+
+    fn step(&mut self, action: &str) -> roll::core::Result<StepResult> {
+        let latency = 10 + mix64(self.seed.wrapping_add(self.turn) ^ 0xA5A5) % 181;
+        std::thread::sleep(Duration::from_millis(latency));
+        let (a, b) = self.operands();
+        let right = action.split_whitespace().next() == Some(&(a + b).to_string());
+        let reward = if right { 1.0 / 3.0 } else { 0.0 };
+        self.turn += 1;
+        if self.turn == 3 {
+            return Ok(StepResult::terminated("", reward).with_info("success", right));
+        }
+        let (a, b) = self.operands();
+        Ok(StepResult::running(format!(" Q: {a}+{b}=? A:"), reward))
+    }
+}
+
+struct Outcome {
+    time: Duration,
+    rewards: Vec<f32>,
+    one_behind: f64,
+}
+
+async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<Outcome> {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/tiny-qwen2-sft"
+    );
+    let out = std::env::temp_dir().join(format!("roll-agentic-async-{max_staleness}"));
+    let config = Config::from_toml(&format!(
+        r#"
+        pipeline = "agentic"
+        run = {{ seed = 5, max_steps = {steps}, output_dir = "{}" }}
+        model = {{ source = {{ kind = "hf_dir", path = "{fixture}" }}, prompt_format = "plain" }}
+        train = {{ learning_rate = 2e-4 }}
+        [agentic]
+        env = {{ kind = "slow_sums" }}
+        num_groups = 8
+        group_size = 8
+        max_turns = 3
+        max_tokens_per_turn = 4
+        max_staleness = {max_staleness}
+        "#,
+        out.display()
+    ))?;
+    let mut run = RunBuilder::new(config)
+        .env("slow_sums", SlowSums::default)
+        .build()?;
+    let started = Instant::now();
+    let (mut rewards, mut one_behind) = (Vec::new(), 0.0);
+    for _ in 0..steps {
+        let report = run.step().await?;
+        rewards.push(report.reward_mean);
+        one_behind += report.metrics["rollout/staleness_1"];
+    }
+    let time = started.elapsed();
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(Outcome {
+        time,
+        rewards,
+        one_behind,
+    })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let steps: u64 = match std::env::args().nth(1) {
+        Some(s) => s.parse()?,
+        None => 20,
+    };
+    let sync = train(0, steps).await?;
+    let asynchronous = train(1, steps).await?;
+    let ends = |r: &[f32]| {
+        let k = r.len().min(5);
+        let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
+        (mean(&r[..k]), mean(&r[r.len() - k..]))
+    };
+    println!(
+        "| mode | RL time (s) | s/step | episode reward, first 5 → last 5 steps | episodes 1 version old |"
+    );
+    println!("|---|---:|---:|---|---:|");
+    for (name, o) in [
+        ("sync (max_staleness 0)", &sync),
+        ("async (max_staleness 1)", &asynchronous),
+    ] {
+        let (first, last) = ends(&o.rewards);
+        println!(
+            "| {name} | {:.1} | {:.2} | {first:.3} → {last:.3} | {} |",
+            o.time.as_secs_f64(),
+            o.time.as_secs_f64() / steps as f64,
+            o.one_behind
+        );
+    }
+    println!(
+        "\nasync speedup over sync: {:.2}× ({steps} steps each)",
+        sync.time.as_secs_f64() / asynchronous.time.as_secs_f64()
+    );
+    Ok(())
+}
