@@ -68,6 +68,15 @@ impl Group {
         self.samples.len()
     }
 
+    /// The oldest weight version that generated any token of the group (what its staleness is
+    /// measured by); `None` when no sample records one.
+    pub fn oldest_version(&self) -> Option<super::WeightVersion> {
+        self.samples
+            .iter()
+            .filter_map(|s| s.weight_version().ok())
+            .min()
+    }
+
     /// Always `false`: a group has at least one sample.
     pub fn is_empty(&self) -> bool {
         false

@@ -493,12 +493,7 @@ impl Scheduler for RlvrScheduler {
                 if !self.passes_filter(&g, &mut stats) {
                     continue;
                 }
-                let oldest = g
-                    .samples()
-                    .iter()
-                    .filter_map(|s| s.weight_version().ok())
-                    .min()
-                    .unwrap_or(current);
+                let oldest = g.oldest_version().unwrap_or(current);
                 if oldest.staleness(current) > self.config.max_staleness {
                     stats.groups_stale += 1;
                 } else {

@@ -239,6 +239,11 @@ impl Book {
         (!self.ready.is_empty()).then(|| self.ready.remove(0))
     }
 
+    /// The ids of the complete groups not yet taken.
+    pub(crate) fn ready_ids(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.ready.iter().map(Group::id)
+    }
+
     /// Complete groups not yet taken.
     pub(crate) fn ready_len(&self) -> usize {
         self.ready.len()

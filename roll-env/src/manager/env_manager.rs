@@ -11,7 +11,7 @@ use super::slot::{Event, Job, Outcome};
 use crate::{EnvError, EnvFactory};
 use roll_core::scheduler::{GroupFilter, RolloutBatch, RolloutStats};
 use roll_core::tokenizer::Tokenizer;
-use roll_core::{Generate, Group, GroupId, WeightVersion};
+use roll_core::{Generate, Group, GroupId};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -330,7 +330,9 @@ impl EnvManager {
                     break;
                 };
                 if max_staleness > 0
-                    && oldest_version(&group, current).staleness(current) > max_staleness
+                    && group
+                        .oldest_version()
+                        .is_some_and(|v| v.staleness(current) > max_staleness)
                 {
                     // Played too long ago (it waited through several trainings): replaced.
                     stats.groups_stale += 1;
@@ -391,10 +393,14 @@ impl EnvManager {
         })
     }
 
-    /// Groups open now (asynchronous mode: started for the next batch, or in flight), to be
-    /// started again by a manager restored from a checkpoint ([`reopen`](Self::reopen)).
+    /// Groups started and not yet handed over (asynchronous mode: the next batch, playing or
+    /// complete), to be started again by a manager restored from a checkpoint
+    /// ([`reopen`](Self::reopen)).
     pub fn open_groups(&self) -> Vec<GroupId> {
-        self.book.open_groups()
+        let mut open = self.book.open_groups();
+        open.extend(self.book.ready_ids());
+        open.sort();
+        open
     }
 
     /// Starts `groups` again (the open groups of a checkpoint), before the first batch: the same
@@ -516,15 +522,4 @@ impl Drop for EnvManager {
             s.jobs = None;
         }
     }
-}
-
-/// The oldest weight version that generated any turn of `group` (`current` for a group with no
-/// versioned turn).
-fn oldest_version(group: &Group, current: WeightVersion) -> WeightVersion {
-    group
-        .samples()
-        .iter()
-        .filter_map(|s| s.weight_version().ok())
-        .min()
-        .unwrap_or(current)
 }
