@@ -162,7 +162,10 @@ async fn the_multi_domain_run_keeps_the_ratios_in_every_batch_and_routes_by_doma
     let mut samples = 0;
     for s in seen.iter().filter(|s| rl_prompts.contains(&s.prompt)) {
         let by_domain = groups.entry(s.version).or_default();
-        by_domain.entry(s.domain.as_str()).or_default().insert(s.group);
+        by_domain
+            .entry(s.domain.as_str())
+            .or_default()
+            .insert(s.group);
         samples += 1;
     }
     assert_eq!(groups.len() as u64, STEPS, "one weight version per step");
@@ -185,7 +188,10 @@ async fn the_multi_domain_run_keeps_the_ratios_in_every_batch_and_routes_by_doma
     for (domain, share) in &shares {
         let want = share * (STEPS as usize * PROMPTS_PER_STEP) as f64;
         let n = totals[domain.as_str()];
-        assert!((n as f64 - want).abs() <= 1.0, "{domain}: {n} prompts, want {want}");
+        assert!(
+            (n as f64 - want).abs() <= 1.0,
+            "{domain}: {n} prompts, want {want}"
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -210,7 +216,10 @@ async fn the_experts_answers_pass_their_workers_and_held_out_prompts_stay_out() 
         .zip(&data.held_out_answers)
         .enumerate()
         .map(|(i, (p, answer))| {
-            let (id, group) = (roll::core::SampleId(i as u64), roll::core::GroupId(i as u64));
+            let (id, group) = (
+                roll::core::SampleId(i as u64),
+                roll::core::GroupId(i as u64),
+            );
             let mut s = Sample::new(id, group, Arc::new(p.clone()), Vec::new());
             s.text = answer.clone();
             s
@@ -219,7 +228,11 @@ async fn the_experts_answers_pass_their_workers_and_held_out_prompts_stay_out() 
     assert_eq!(samples.len(), 3 * task.held_out);
     for (s, r) in samples.iter().zip(router.score_batch(&samples).await) {
         let r = r.unwrap_or_else(|e| panic!("{:?}: {e}", s.prompt.text));
-        assert_eq!(r.value, 1.0, "{:?} -> {:?}: {:?}", s.prompt.text, s.text, r.details);
+        assert_eq!(
+            r.value, 1.0,
+            "{:?} -> {:?}: {:?}",
+            s.prompt.text, s.text, r.details
+        );
     }
     let held: HashSet<&str> = data.held_out.iter().map(|p| p.text.as_str()).collect();
     assert!(data.rl.iter().all(|p| !held.contains(p.text.as_str())));

@@ -5,7 +5,7 @@
 //!
 //! 1. Draws the three tasks (`task.rs`): arithmetic, one-line Python functions, sentences under
 //!    an instruction; per domain, held-out prompts never trained on.
-//! 2. Builds a 0.9M-parameter Qwen2 whose BPE tokenizer is learned from the warm start's text,
+//! 2. Builds a 0.8M-parameter Qwen2 whose BPE tokenizer is learned from the warm start's text,
 //!    and warm-starts it with SFT on all three domains (some answers by a novice who makes the
 //!    plausible mistakes).
 //! 3. Trains it with GRPO; every step's 16 prompts hold each domain's share of
@@ -65,7 +65,10 @@ async fn main() -> anyhow::Result<()> {
 
     println!("\n{summary}");
     println!("held-out accuracy by domain (greedy):");
-    println!("  {:<8} {:>8} {:>10} {:>9}", "domain", "prompts", "before RL", "after RL");
+    println!(
+        "  {:<8} {:>8} {:>10} {:>9}",
+        "domain", "prompts", "before RL", "after RL"
+    );
     for domain in task::DOMAINS {
         let count = held_out.count(domain);
         let percent = |a: Option<&f64>| a.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a));

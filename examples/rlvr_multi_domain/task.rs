@@ -19,7 +19,11 @@ use std::collections::HashSet;
 use std::hash::Hash;
 
 /// The domain names, as the prompts' tags: `[domains.<name>]` must route them.
-pub const DOMAINS: [&str; 3] = [MathProblem::DOMAIN, CodeProblem::DOMAIN, IfEvalProblem::DOMAIN];
+pub const DOMAINS: [&str; 3] = [
+    MathProblem::DOMAIN,
+    CodeProblem::DOMAIN,
+    IfEvalProblem::DOMAIN,
+];
 
 /// `[task]` of the config: every key is read here (unknown keys are refused).
 #[derive(Debug, Clone, Deserialize)]
@@ -242,7 +246,7 @@ impl Task {
         for _ in 0..amounts.sft_examples {
             let p = fresh(rng);
             let novice = rng.next_f64() < amounts.novice_share;
-            let response = if novice { p.novice(rng) } else { p.expert() };
+            let response = if novice { p.novice() } else { p.expert() };
             sft.push((Drawn::of(&p), response));
         }
         let rl = (0..amounts.rl_prompts)
@@ -319,7 +323,7 @@ trait Problem: Copy + Eq + Hash {
     /// The right answer.
     fn expert(&self) -> String;
     /// A plausible wrong answer.
-    fn novice(&self, rng: &mut SplitMix64) -> String;
+    fn novice(&self) -> String;
 }
 
 /// `a op b`.
@@ -367,7 +371,7 @@ impl Problem for MathProblem {
     }
 
     /// Digit by digit with no carry (a sum) or no borrow (a difference: each digit's distance).
-    fn novice(&self, _: &mut SplitMix64) -> String {
+    fn novice(&self) -> String {
         let (big, small, sign) = match self.op {
             '+' => (self.a, self.b, ""),
             _ if self.a >= self.b => (self.a, self.b, ""),
@@ -458,11 +462,19 @@ impl CodeProblem {
         NAMES.len() * ARGS.len() * per_name
     }
 
-    /// The body's expression and the prompt's words for it, with `a` and `b` as given.
-    fn expression(&self, a: u64, b: u64, plus: &str, minus: &str) -> (String, String) {
-        let x = ARGS[self.arg];
+    /// The body's expression and the prompt's words for it; `swap` writes `-` for `+`, `%` for
+    /// `//`, and the other way round (the novice's mistake).
+    fn expression(&self, swap: bool) -> (String, String) {
+        let (x, a, b) = (ARGS[self.arg], self.a, self.b);
+        let (plus, minus, div, rem) = match swap {
+            false => ("+", "-", "//", "%"),
+            true => ("-", "+", "%", "//"),
+        };
         match self.shape {
-            Shape::MulAdd => (format!("{x}*{a}{plus}{b}"), format!("{x} times {a} plus {b}")),
+            Shape::MulAdd => (
+                format!("{x}*{a}{plus}{b}"),
+                format!("{x} times {a} plus {b}"),
+            ),
             Shape::MulSub => (
                 format!("{x}*{a}{minus}{b}"),
                 format!("{x} times {a} minus {b}"),
@@ -473,10 +485,13 @@ impl CodeProblem {
                 format!("{x} plus {a}, times {b}"),
             ),
             Shape::FloorDiv => (
-                format!("{x}//{a}"),
+                format!("{x}{div}{a}"),
                 format!("{x} divided by {a}, rounded down"),
             ),
-            Shape::Mod => (format!("{x}%{a}"), format!("the remainder of {x} by {a}")),
+            Shape::Mod => (
+                format!("{x}{rem}{a}"),
+                format!("the remainder of {x} by {a}"),
+            ),
         }
     }
 
@@ -492,8 +507,11 @@ impl CodeProblem {
         }
     }
 
-    fn def(&self, arg: &str, body: &str) -> String {
-        format!("def {}({arg}): return {body}", NAMES[self.name])
+    fn def(&self, body: &str) -> String {
+        format!(
+            "def {}({}): return {body}",
+            NAMES[self.name], ARGS[self.arg]
+        )
     }
 }
 
@@ -501,7 +519,7 @@ impl Problem for CodeProblem {
     const DOMAIN: &'static str = "code";
 
     fn prompt(&self) -> String {
-        let (_, words) = self.expression(self.a, self.b, "+", "-");
+        let (_, words) = self.expression(false);
         let (name, arg) = (NAMES[self.name], ARGS[self.arg]);
         format!("Write {name}({arg}) that returns {words}.\n")
     }
@@ -515,26 +533,12 @@ impl Problem for CodeProblem {
     }
 
     fn expert(&self) -> String {
-        let (body, _) = self.expression(self.a, self.b, "+", "-");
-        self.def(ARGS[self.arg], &body)
+        self.def(&self.expression(false).0)
     }
 
-    /// Swaps the constants, flips the sign, or names the argument `x` whatever the prompt said.
-    fn novice(&self, rng: &mut SplitMix64) -> String {
-        match rng.next_u64() % 3 {
-            0 => {
-                let (body, _) = self.expression(self.b.max(2), self.a.max(1), "+", "-");
-                self.def(ARGS[self.arg], &body)
-            }
-            1 => {
-                let (body, _) = self.expression(self.a, self.b, "-", "+");
-                self.def(ARGS[self.arg], &body)
-            }
-            _ => {
-                let (body, _) = self.expression(self.a, self.b, "+", "-");
-                self.def("x", &body)
-            }
-        }
+    /// Confuses `+` with `-` and `//` with `%`.
+    fn novice(&self) -> String {
+        self.def(&self.expression(true).0)
     }
 }
 
@@ -650,7 +654,7 @@ impl Problem for IfEvalProblem {
     }
 
     /// The sentence, with the instruction ignored.
-    fn novice(&self, _: &mut SplitMix64) -> String {
+    fn novice(&self) -> String {
         TOPICS[self.topic].1.to_owned()
     }
 }
