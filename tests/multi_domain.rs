@@ -109,6 +109,9 @@ async fn the_multi_domain_run_keeps_the_ratios_in_every_batch_and_routes_by_doma
     task.validate().expect("valid [task]");
     let data = task.datasets(config.run.seed);
     let rl_prompts: HashSet<PromptId> = data.rl.iter().map(|p| p.id).collect();
+    // Every group started is then trained on: the scored groups of a step are its batch.
+    assert_eq!(config.rollout.oversample_prompts, 0);
+    assert!(config.algorithm.dynamic_filter.is_none());
 
     // Without root the confined sandbox is unavailable and every code sample would fail (and be
     // replaced by another domain's prompt): what is tested here is the mix, not the sandbox.
