@@ -265,7 +265,7 @@ fn bad_task_settings_are_refused_naming_the_key() {
     for (key, value, says) in [
         ("math.operators", r#"["*"]"#, "task.math.operators"),
         ("math.max_operand", "0", "task.math.max_operand"),
-        ("code.max_constant", "12", "task.code.max_constant"),
+        ("code.max_constant", "100", "task.code.max_constant"),
         ("ifeval.novice_share", "1.5", "task.ifeval.novice_share"),
         ("code.rl_prompts", "0", "task.code.rl_prompts"),
         ("held_out", "500", "distinct ifeval problems"),

@@ -7,9 +7,10 @@
 //!   `CATS SLEEP IN THE SUN.` (the IFEval rule named in the ground truth).
 //!
 //! Each domain's held-out problems are drawn first and kept out of everything trained on. The
-//! warm start mixes an expert, always right, with a novice whose mistakes are the plausible
-//! ones (a forgotten carry, swapped constants, an ignored instruction): the warm-started policy
-//! knows each task's form but not always the right answer, which is what RL then learns.
+//! warm start mixes an expert, always right, with a novice who makes one systematic mistake per
+//! domain (a forgotten carry; `-` for `+` and `%` for `//`; an ignored instruction): the
+//! warm-started policy knows each task's form but not always the right answer, which is what RL
+//! then learns from the domains' verifiers.
 
 use roll::core::rng::{SplitMix64, derive_seed};
 use roll::prelude::*;
@@ -67,8 +68,7 @@ pub struct Math {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Code {
-    /// Constants are drawn from `1..=max_constant` (multipliers and divisors from 2), at most 9:
-    /// the prompt spells them as digits the tokenizer sees one at a time.
+    /// Constants are drawn from `1..=max_constant` (multipliers and divisors from 2), in 2..=99.
     pub max_constant: u64,
     /// SFT pairs of this domain (the domains' pairs are interleaved).
     pub sft_examples: usize,
@@ -123,8 +123,8 @@ impl Task {
             m.max_operand
         );
         anyhow::ensure!(
-            (2..=9).contains(&self.code.max_constant),
-            "task.code.max_constant: {} must be in 2..=9",
+            (2..=99).contains(&self.code.max_constant),
+            "task.code.max_constant: {} must be in 2..=99",
             self.code.max_constant
         );
         anyhow::ensure!(self.held_out >= 1, "task.held_out must be at least 1");
