@@ -30,6 +30,8 @@ pub struct HeldOut {
 }
 
 impl HeldOut {
+    /// `prompts` resolved to their domains by the config's tags, as the run resolves its own,
+    /// and a router built from the same `[domains]`: the figures are the run's, split.
     pub fn new(config: &Config, mut prompts: Vec<Prompt>) -> anyhow::Result<Self> {
         let map = DomainMap::from_config(&config.domains)?;
         for p in &mut prompts {
@@ -40,7 +42,9 @@ impl HeldOut {
         Ok(Self { prompts, reward })
     }
 
-    /// Scores `answers` (one per held-out prompt) and fails unless every one scores 1.
+    /// Scores the right `answers` (one per held-out prompt) and fails unless every one scores 1:
+    /// a task its own verifier disagrees with would train toward nothing, and a worker that
+    /// cannot run (the sandbox without root) would fail its domain's every sample mid-run.
     pub async fn check(&self, answers: &[String]) -> anyhow::Result<()> {
         let samples: Vec<Sample> = (self.prompts.iter().zip(answers).enumerate())
             .map(|(i, (p, answer))| {
@@ -53,11 +57,11 @@ impl HeldOut {
         for (s, scored) in samples.iter().zip(self.reward.score_batch(&samples).await) {
             let (domain, id) = (&s.prompt.domain, s.prompt.id);
             let reward = scored.map_err(|e| {
-                anyhow::anyhow!("the {domain} worker cannot score held-out prompt {id}: {e}")
+                anyhow::anyhow!("the {domain} worker cannot score held-out {id}: {e}")
             })?;
             anyhow::ensure!(
                 reward.score.unwrap_or(reward.value) >= 1.0,
-                "the {domain} worker scores the right answer {:?} to held-out prompt {id} \
+                "the {domain} worker scores the right answer {:?} to held-out {id} \
                  ({:?}) {}: the task and the worker disagree",
                 s.text,
                 s.prompt.text,
