@@ -103,6 +103,11 @@ fn every_key_of_the_main_job_config_changes_the_plan_or_is_rejected() {
 }
 
 #[test]
+fn every_key_of_the_multi_domain_config_changes_the_plan_or_is_rejected() {
+    walk("rlvr_multi_domain.toml", &[]);
+}
+
+#[test]
 fn every_key_of_the_agentic_config_changes_the_plan_or_is_rejected() {
     walk("agentic_sokoban.toml", &[]);
 }
