@@ -11,7 +11,8 @@
 //! 3. Trains it with GRPO; every step's prompts hold each domain's share of
 //!    `rollout.prompts_per_step` (to within one prompt), and the reward router sends each sample
 //!    to its domain's worker.
-//! 4. Reports greedy held-out accuracy per domain after SFT and after RL.
+//! 4. Reports greedy held-out accuracy per domain after SFT and after RL (the run's own
+//!    evaluation: `domain/<name>/accuracy` in `metrics.jsonl`, a table in `summary.md`).
 //!
 //! ```sh
 //! cargo run --release --example rlvr_multi_domain [-- --model DIR] [-- key.path=value ...]
@@ -51,23 +52,11 @@ async fn main() -> anyhow::Result<()> {
     let mut run = run.build()?;
     let dir = run.plan().run.output_dir.display().to_string();
     println!("resolved config: {dir}/config.toml");
-    run.sft().await?;
-    // A run resumed in the middle of RL has no "before RL" model left to measure.
-    let before = match run.steps_taken() {
-        0 => Some(held_out.accuracy(&run).await?),
-        _ => None,
-    };
-    if let Some(before) = &before {
-        println!(
-            "held-out accuracy by domain before RL: {}",
-            held_out::line(before)
-        );
-    }
+    // The run's held-out evaluation prints accuracy per domain after SFT and after RL, and
+    // the summary's "Solved per domain" table has both.
     let summary = run.train().await?;
-    let after = held_out.accuracy(&run).await?;
 
     println!("\n{summary}");
-    held_out.print_table(before.as_ref(), &after);
     println!("summary: {dir}/summary.md\nmetrics: {dir}/metrics.jsonl");
     Ok(())
 }

@@ -19,13 +19,6 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::hash::Hash;
 
-/// The domain names, as the prompts' tags: `[domains.<name>]` must route them.
-pub const DOMAINS: [&str; 3] = [
-    MathProblem::DOMAIN,
-    CodeProblem::DOMAIN,
-    IfEvalProblem::DOMAIN,
-];
-
 /// `[task]` of the config: every key is read here (unknown keys are refused).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
