@@ -13,10 +13,13 @@
 //! the RL steps, the speedup, and the mean episode reward of the first and last five steps, so
 //! that a speedup is not bought with worse learning.
 
+#[path = "common/speedup.rs"]
+mod speedup;
+
 use roll::core::rng::mix64;
 use roll::core::{Env, Observation, StepResult};
 use roll::prelude::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Default)]
 struct SlowSums {
@@ -53,13 +56,7 @@ impl Env for SlowSums {
     }
 }
 
-struct Outcome {
-    time: Duration,
-    rewards: Vec<f32>,
-    one_behind: f64,
-}
-
-async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<Outcome> {
+async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<speedup::Outcome> {
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../shared/fixtures/tiny-qwen2-sft"
@@ -84,54 +81,16 @@ async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<Outcome> {
     let mut run = RunBuilder::new(config)
         .env("slow_sums", SlowSums::default)
         .build()?;
-    let started = Instant::now();
-    let (mut rewards, mut one_behind) = (Vec::new(), 0.0);
-    for _ in 0..steps {
-        let report = run.step().await?;
-        rewards.push(report.reward_mean);
-        one_behind += report.metrics["rollout/staleness_1"];
-    }
-    let time = started.elapsed();
+    let outcome = speedup::time_steps(&mut run, steps).await?;
     let _ = std::fs::remove_dir_all(&out);
-    Ok(Outcome {
-        time,
-        rewards,
-        one_behind,
-    })
+    Ok(outcome)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let steps: u64 = match std::env::args().nth(1) {
-        Some(s) => s.parse()?,
-        None => 20,
-    };
+    let steps = speedup::steps_arg(20)?;
     let sync = train(0, steps).await?;
     let asynchronous = train(1, steps).await?;
-    let ends = |r: &[f32]| {
-        let k = r.len().min(5);
-        let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
-        (mean(&r[..k]), mean(&r[r.len() - k..]))
-    };
-    println!(
-        "| mode | RL time (s) | s/step | episode reward, first 5 → last 5 steps | episodes 1 version old |"
-    );
-    println!("|---|---:|---:|---|---:|");
-    for (name, o) in [
-        ("sync (max_staleness 0)", &sync),
-        ("async (max_staleness 1)", &asynchronous),
-    ] {
-        let (first, last) = ends(&o.rewards);
-        println!(
-            "| {name} | {:.1} | {:.2} | {first:.3} → {last:.3} | {} |",
-            o.time.as_secs_f64(),
-            o.time.as_secs_f64() / steps as f64,
-            o.one_behind
-        );
-    }
-    println!(
-        "\nasync speedup over sync: {:.2}× ({steps} steps each)",
-        sync.time.as_secs_f64() / asynchronous.time.as_secs_f64()
-    );
+    speedup::print(steps, "episode", &sync, &asynchronous);
     Ok(())
 }

@@ -17,9 +17,11 @@
 //! reward of the first and last five steps of each, so a speedup is not bought with worse
 //! learning.
 
+#[path = "common/speedup.rs"]
+mod speedup;
+
 use roll::core::config::ConfigLoader;
 use roll::prelude::*;
-use std::time::{Duration, Instant};
 
 fn vowels(sample: &Sample) -> f32 {
     let text = sample.text.as_str();
@@ -30,13 +32,7 @@ fn vowels(sample: &Sample) -> f32 {
     text.chars().filter(|c| "aeiou".contains(*c)).count() as f32 / n as f32
 }
 
-struct Outcome {
-    time: Duration,
-    rewards: Vec<f32>,
-    stale: u64,
-}
-
-async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<Outcome> {
+async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<speedup::Outcome> {
     let out = std::env::temp_dir().join(format!("roll-async-speedup-{max_staleness}"));
     let config = ConfigLoader::new()
         .toml_str(format!(
@@ -76,55 +72,16 @@ async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<Outcome> {
         .reward("vowels", vowels)
         .prompts(prompts.take(10_000))
         .build()?;
-    let started = Instant::now();
-    let mut rewards = Vec::new();
-    let mut stale = 0;
-    for _ in 0..steps {
-        let report = run.step().await?;
-        rewards.push(report.reward_mean);
-        stale += report.rollout.staleness_counts[1..].iter().sum::<u64>();
-    }
-    let time = started.elapsed();
+    let outcome = speedup::time_steps(&mut run, steps).await?;
     let _ = std::fs::remove_dir_all(&out);
-    Ok(Outcome {
-        time,
-        rewards,
-        stale,
-    })
+    Ok(outcome)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let steps: u64 = match std::env::args().nth(1) {
-        Some(s) => s.parse()?,
-        None => 30,
-    };
+    let steps = speedup::steps_arg(30)?;
     let sync = train(0, steps).await?;
     let asynchronous = train(1, steps).await?;
-    let ends = |r: &[f32]| {
-        let k = r.len().min(5);
-        let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
-        (mean(&r[..k]), mean(&r[r.len() - k..]))
-    };
-    println!(
-        "| mode | RL time (s) | s/step | reward, first 5 → last 5 steps | samples 1 version old |"
-    );
-    println!("|---|---:|---:|---|---:|");
-    for (name, o) in [
-        ("sync (max_staleness 0)", &sync),
-        ("async (max_staleness 1)", &asynchronous),
-    ] {
-        let (first, last) = ends(&o.rewards);
-        println!(
-            "| {name} | {:.1} | {:.2} | {first:.3} → {last:.3} | {} |",
-            o.time.as_secs_f64(),
-            o.time.as_secs_f64() / steps as f64,
-            o.stale
-        );
-    }
-    println!(
-        "\nasync speedup over sync: {:.2}× ({steps} steps each)",
-        sync.time.as_secs_f64() / asynchronous.time.as_secs_f64()
-    );
+    speedup::print(steps, "mean", &sync, &asynchronous);
     Ok(())
 }
