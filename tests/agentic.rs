@@ -19,17 +19,17 @@ fn lake() -> ComponentSpec {
         .with_option("max_steps", 2)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
-    let out = out_dir("agentic-run");
-    let config = ConfigLoader::new()
+/// An agentic run of the fixture on 3×3 lakes: 2 groups of 2 two-turn episodes a step, with
+/// `agentic` added to the `[agentic]` section.
+fn lake_run(out: &std::path::Path, max_steps: u64, save_every: u64, agentic: &str) -> Config {
+    ConfigLoader::new()
         .toml_str(format!(
             r#"
             pipeline = "agentic"
             [run]
-            max_steps = 2
+            max_steps = {max_steps}
             output_dir = "{}"
-            save_every = 1
+            save_every = {save_every}
             [model.source]
             kind = "hf_dir"
             path = "{FIXTURE}"
@@ -38,6 +38,7 @@ async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
             group_size = 2
             max_turns = 2
             max_tokens_per_turn = 6
+            {agentic}
             [agentic.env]
             kind = "frozen_lake"
             size = 3
@@ -47,7 +48,13 @@ async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
             out.display()
         ))
         .load()
-        .expect("config");
+        .expect("config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
+    let out = out_dir("agentic-run");
+    let config = lake_run(&out, 2, 1, "");
     let held_out = [1u64 << 63, (1 << 63) + 1, (1 << 63) + 2];
     let mut run = RunBuilder::new(config)
         .eval_seeds(held_out)
@@ -290,33 +297,7 @@ async fn a_hung_environment_costs_its_episode_and_the_watchdog_names_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_asynchronous_agentic_run_overlaps_play_and_training_within_the_bound() {
     let out = out_dir("agentic-async");
-    let config = ConfigLoader::new()
-        .toml_str(format!(
-            r#"
-            pipeline = "agentic"
-            [run]
-            max_steps = 2
-            output_dir = "{}"
-            save_every = 2
-            [model.source]
-            kind = "hf_dir"
-            path = "{FIXTURE}"
-            [agentic]
-            num_groups = 2
-            group_size = 2
-            max_turns = 2
-            max_tokens_per_turn = 6
-            max_staleness = 1
-            [agentic.env]
-            kind = "frozen_lake"
-            size = 3
-            is_slippery = false
-            max_steps = 2
-            "#,
-            out.display()
-        ))
-        .load()
-        .expect("config");
+    let config = lake_run(&out, 2, 2, "max_staleness = 1");
     let mut run = RunBuilder::new(config).build().expect("build");
     let summary = run.train().await.expect("train");
     assert_eq!(summary.rl.len(), 2);

@@ -1,8 +1,10 @@
 //! The examples' command line: a config file (the example's own unless `--config FILE`),
 //! `key.path=value` overrides, and `--model DIR` to start from an HF directory instead of a
-//! model built from scratch.
+//! model built from scratch; and what every example does at the end: build the run, train it,
+//! say where its directory is.
 
 use roll::core::config::{Config, ModelSource};
+use roll::prelude::RunBuilder;
 
 /// The config of `default` (a path under the crate) with the command line applied.
 pub fn config(default: &str) -> anyhow::Result<Config> {
@@ -23,4 +25,15 @@ pub fn config(default: &str) -> anyhow::Result<Config> {
         config.validate()?;
     }
     Ok(config)
+}
+
+/// Builds `run`, trains it to the end and prints its summary and where its files are.
+pub async fn train(run: RunBuilder) -> anyhow::Result<()> {
+    let mut run = run.build()?;
+    let dir = run.plan().run.output_dir.display().to_string();
+    println!("resolved config: {dir}/config.toml");
+    let summary = run.train().await?;
+    println!("\n{summary}");
+    println!("summary: {dir}/summary.md\nmetrics: {dir}/metrics.jsonl");
+    Ok(())
 }

@@ -151,14 +151,8 @@ pub async fn train(config: Config, data: Datasets, players: [&str; 2]) -> anyhow
         100.0 * data.success[1],
         data.eval_seeds.len()
     );
-    let mut run = RunBuilder::new(config)
+    let run = RunBuilder::new(config)
         .sft_examples(data.sft, data.sft_held_out)
-        .eval_seeds(data.eval_seeds)
-        .build()?;
-    let dir = run.plan().run.output_dir.display().to_string();
-    println!("resolved config: {dir}/config.toml");
-    let summary = run.train().await?;
-    println!("\n{summary}");
-    println!("summary: {dir}/summary.md\nmetrics: {dir}/metrics.jsonl");
-    Ok(())
+        .eval_seeds(data.eval_seeds);
+    crate::cli::train(run).await
 }

@@ -39,12 +39,5 @@ async fn main() -> anyhow::Result<()> {
     if has_sft {
         run = run.sft_examples(data.sft, data.sft_held_out);
     }
-    let mut run = run.build()?;
-    let dir = run.plan().run.output_dir.display().to_string();
-    println!("resolved config: {dir}/config.toml");
-    let summary = run.train().await?;
-
-    println!("\n{summary}");
-    println!("summary: {dir}/summary.md\nmetrics: {dir}/metrics.jsonl");
-    Ok(())
+    cli::train(run).await
 }

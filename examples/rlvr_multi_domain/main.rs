@@ -49,14 +49,7 @@ async fn main() -> anyhow::Result<()> {
     if has_sft {
         run = run.sft_examples(data.sft, data.sft_held_out);
     }
-    let mut run = run.build()?;
-    let dir = run.plan().run.output_dir.display().to_string();
-    println!("resolved config: {dir}/config.toml");
     // The run's held-out evaluation prints accuracy per domain after SFT and after RL, and
     // the summary's "Solved per domain" table has both.
-    let summary = run.train().await?;
-
-    println!("\n{summary}");
-    println!("summary: {dir}/summary.md\nmetrics: {dir}/metrics.jsonl");
-    Ok(())
+    cli::train(run).await
 }

@@ -18,7 +18,7 @@
 //! Prometheus.
 
 use roll_core::{Error, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -165,58 +165,56 @@ impl HubRecorder {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// Calls `f` with the attached Prometheus recorder, if any.
+    fn prometheus<T>(&self, f: impl FnOnce(&PrometheusRecorder) -> T) -> Option<T> {
+        self.sinks().and_then(|s| s.prometheus.as_ref().map(f))
+    }
+
+    /// A handle for `key` in each attached sink (`register` makes Prometheus' own); `None` when
+    /// no run owns the sinks.
+    fn fanout<P>(
+        &self,
+        key: &Key,
+        register: impl FnOnce(&PrometheusRecorder) -> P,
+    ) -> Option<Fanout<P>> {
+        let sinks = self.sinks()?;
+        Some(Fanout {
+            prometheus: sinks.prometheus.as_ref().map(register),
+            tensorboard: sinks.tensorboard.clone().map(|tb| (tb, tag(key))),
+        })
+    }
 }
 
 impl metrics::Recorder for HubRecorder {
     fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        if let Some(p) = self.sinks().as_ref().and_then(|s| s.prometheus.as_ref()) {
-            p.describe_counter(key, unit, description);
-        }
+        self.prometheus(|p| p.describe_counter(key, unit, description));
     }
 
     fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        if let Some(p) = self.sinks().as_ref().and_then(|s| s.prometheus.as_ref()) {
-            p.describe_gauge(key, unit, description);
-        }
+        self.prometheus(|p| p.describe_gauge(key, unit, description));
     }
 
     fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        if let Some(p) = self.sinks().as_ref().and_then(|s| s.prometheus.as_ref()) {
-            p.describe_histogram(key, unit, description);
-        }
+        self.prometheus(|p| p.describe_histogram(key, unit, description));
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        let Some(sinks) = self.sinks() else {
-            return Counter::noop();
-        };
-        Counter::from_arc(Arc::new(Fanout {
-            prometheus: sinks
-                .prometheus
-                .as_ref()
-                .map(|p| metrics::Recorder::register_counter(p, key, metadata)),
-            tensorboard: sinks.tensorboard_series(key),
-        }))
+        self.fanout(key, |p| {
+            metrics::Recorder::register_counter(p, key, metadata)
+        })
+        .map_or_else(Counter::noop, |f| Counter::from_arc(Arc::new(f)))
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        let Some(sinks) = self.sinks() else {
-            return Gauge::noop();
-        };
-        Gauge::from_arc(Arc::new(Fanout {
-            prometheus: sinks
-                .prometheus
-                .as_ref()
-                .map(|p| metrics::Recorder::register_gauge(p, key, metadata)),
-            tensorboard: sinks.tensorboard_series(key),
-        }))
+        self.fanout(key, |p| metrics::Recorder::register_gauge(p, key, metadata))
+            .map_or_else(Gauge::noop, |f| Gauge::from_arc(Arc::new(f)))
     }
 
+    /// Histograms (latencies) go to Prometheus only.
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        match self.sinks().as_ref().and_then(|s| s.prometheus.as_ref()) {
-            Some(p) => metrics::Recorder::register_histogram(p, key, metadata),
-            None => Histogram::noop(),
-        }
+        self.prometheus(|p| metrics::Recorder::register_histogram(p, key, metadata))
+            .unwrap_or_else(Histogram::noop)
     }
 }
 
@@ -224,12 +222,6 @@ impl metrics::Recorder for HubRecorder {
 struct Sinks {
     prometheus: Option<PrometheusRecorder>,
     tensorboard: Option<Arc<TensorBoard>>,
-}
-
-impl Sinks {
-    fn tensorboard_series(&self, key: &Key) -> Option<(Arc<TensorBoard>, String)> {
-        self.tensorboard.clone().map(|tb| (tb, tag(key)))
-    }
 }
 
 /// A TensorBoard tag for a facade key: its name, then its labels as `/label=value`.
@@ -311,7 +303,7 @@ struct TbState {
     /// Every tag's current value (counters: their totals).
     values: BTreeMap<String, f64>,
     /// Tags set since the last step was written.
-    pending: Vec<String>,
+    pending: BTreeSet<String>,
     /// The last step written.
     step: i64,
     /// The first write error; the run stops on it at its next line.
@@ -350,7 +342,7 @@ impl TensorBoard {
             state: Mutex::new(TbState {
                 writer,
                 values: BTreeMap::new(),
-                pending: Vec::new(),
+                pending: BTreeSet::new(),
                 step: 0,
                 error: None,
             }),
@@ -362,8 +354,8 @@ impl TensorBoard {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let value = s.values.entry(tag.to_owned()).or_insert(0.0);
         *value = f(*value);
-        if !s.pending.iter().any(|t| t == tag) {
-            s.pending.push(tag.to_owned());
+        if !s.pending.contains(tag) {
+            s.pending.insert(tag.to_owned());
         }
     }
 

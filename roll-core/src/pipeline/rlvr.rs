@@ -381,7 +381,7 @@ struct DomainTotals {
 
 /// The groups, samples, reward and task-score sums of each domain in `groups` (the prompt's
 /// domain: the RLVR domain, or the environment of an agentic run). A sample without a reward
-/// counts as 0, as in the batch-wide means.
+/// counts as 0, as in the batch-wide means; a group is never empty, so no domain has 0 samples.
 fn domain_metrics(groups: &[Group]) -> BTreeMap<&str, DomainTotals> {
     let mut by_domain: BTreeMap<&str, DomainTotals> = BTreeMap::new();
     for g in groups {
@@ -395,7 +395,6 @@ fn domain_metrics(groups: &[Group]) -> BTreeMap<&str, DomainTotals> {
             }
         }
     }
-    by_domain.retain(|_, d| d.samples > 0);
     by_domain
 }
 
