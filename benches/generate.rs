@@ -4,6 +4,11 @@
 //! 8/4 heads, ffn 1408, vocab 8192, tied). Throughput counts new tokens only; the time includes
 //! prefill, as in the PyTorch baseline.
 //!
+//! A second group, `multi_turn_*`, plays 16 conversations of 6 turns side by side as an agentic
+//! rollout does (a 64-token first prompt; each turn 8 new tokens, then 16 observation tokens
+//! appended), with the engine's prefix cache on (each turn prefills only its new tokens) and off
+//! (each turn prefills the whole conversation so far).
+//!
 //! `cargo bench --bench generate` (measure with the machine otherwise idle).
 //! `ROLL_BENCH_DECODER=burn` measures the portable decoder instead of the automatic choice.
 
@@ -44,6 +49,79 @@ fn generate(engine: &Engine, batch: usize, vocab: usize, round: u64) -> usize {
         .sum()
 }
 
+const CONVERSATIONS: usize = 16;
+const TURNS: usize = 6;
+const FIRST_PROMPT: usize = 64;
+const TURN_NEW: u32 = 8;
+const OBSERVATION: usize = 16;
+
+/// Plays the multi-turn workload once; returns the tokens generated.
+fn converse(engine: &Engine, vocab: usize, round: u64) -> usize {
+    // Conversations differ from round to round: no round reuses a prefix a previous one left.
+    let token = |c: usize, t: usize| ((c * 131 + t * 17 + round as usize * 7919) % vocab) as u32;
+    let mut prompts: Vec<Vec<u32>> = (0..CONVERSATIONS)
+        .map(|c| (0..FIRST_PROMPT).map(|t| token(c, t)).collect())
+        .collect();
+    let mut generated = 0;
+    for turn in 0..TURNS {
+        let handles: Vec<_> = prompts
+            .iter()
+            .enumerate()
+            .map(|(c, prompt)| {
+                let params = SamplingParams {
+                    temperature: 1.0,
+                    max_new_tokens: TURN_NEW,
+                    seed: Some(round * 1000 + (c * TURNS + turn) as u64),
+                    ..SamplingParams::default()
+                };
+                engine
+                    .submit(GenerationRequest::new(prompt.clone(), params))
+                    .expect("submit")
+            })
+            .collect();
+        for (c, h) in handles.into_iter().enumerate() {
+            let ids = h.wait().expect("generation").token_ids;
+            generated += ids.len();
+            prompts[c].extend_from_slice(&ids);
+            prompts[c].extend((0..OBSERVATION).map(|t| token(c + turn, t + 7)));
+        }
+    }
+    generated
+}
+
+fn bench_multi_turn(c: &mut Criterion) {
+    let device = Device::flex();
+    for (name, model) in &bench_models(&device) {
+        let kind = DecoderKind::auto(model, &device);
+        let mut group = c.benchmark_group(format!("multi_turn_{name}_16x6"));
+        group.sample_size(10);
+        group.throughput(Throughput::Elements(
+            (CONVERSATIONS * TURNS) as u64 * u64::from(TURN_NEW),
+        ));
+        for prefix_cache in [true, false] {
+            let config = EngineConfig {
+                max_seqs: CONVERSATIONS,
+                prefix_cache,
+                ..EngineConfig::default()
+            };
+            let engine = Engine::with_decoder(kind, model, &device, config, None).expect("engine");
+            let label = if prefix_cache {
+                "prefix_cache"
+            } else {
+                "no_prefix_cache"
+            };
+            let mut round = 0;
+            group.bench_function(label, |b| {
+                b.iter(|| {
+                    round += 1;
+                    converse(&engine, model.vocab_size(), round)
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
     let models = bench_models(&device);
@@ -76,5 +154,5 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_multi_turn);
 criterion_main!(benches);

@@ -138,9 +138,23 @@ async fn trajectories_mask_exactly_the_assistant_turns_of_the_rendered_conversat
         },
         ..Default::default()
     };
-    let mut manager =
-        EnvManager::new(config, factory.clone(), actor, tokenizer.clone()).expect("manager");
+    let mut manager = EnvManager::new(config, factory.clone(), actor.clone(), tokenizer.clone())
+        .expect("manager");
     let batch = manager.collect(2).await.expect("collect");
+    // Each turn after the first continued from the cache entry the turn before left: the
+    // engine computed none of the conversation so far again.
+    let reusable: usize = batch
+        .groups
+        .iter()
+        .flat_map(|g| g.samples())
+        .flat_map(|traj| {
+            let turns = traj.response().segments();
+            let prompt = traj.prompt_ids.len();
+            (1..turns.len()).map(move |k| prompt + turns[k - 1].end - 1)
+        })
+        .sum();
+    assert!(reusable > 0);
+    assert_eq!(actor.engine().stats().reused_prompt_tokens, reusable as u64);
     let eos = tokenizer.eos_token_id().expect("eos");
     let mut turns_checked = 0;
     for traj in batch.groups.iter().flat_map(|g| g.samples()) {

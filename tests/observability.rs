@@ -98,6 +98,13 @@ async fn prometheus_answers_on_loopback_and_tensorboard_reads_back_the_logged_sc
             page.contains("roll_reward_scored_total{domain=\"sums\""),
             "{page}"
         );
+        // The inference engine's token counters.
+        for counter in [
+            "roll_engine_generated_tokens_total ",
+            "roll_engine_prompt_tokens_computed_total ",
+        ] {
+            assert!(page.contains(counter), "{counter}:\n{page}");
+        }
     }
     assert!(http_get(address, "/other").starts_with("HTTP/1.1 404"));
     assert!(http_get(address, "/metrics").contains("rl_domain_differences_prompts 2\n"));

@@ -450,3 +450,140 @@ fn a_tight_token_budget_serves_every_sequence_in_turn() {
         }
     }
 }
+
+/// Plays `conversations` side by side for `turns` turns on `engine`: each turn's prompt is the
+/// previous prompt, the previous answer and two "observation" tokens, as a multi-turn episode
+/// builds it. Returns every turn's generation, per conversation.
+fn converse(
+    engine: &Engine,
+    conversations: usize,
+    turns: usize,
+) -> Vec<Vec<roll_core::policy::Generation>> {
+    let mut prompts: Vec<Vec<u32>> = (0..conversations as u32)
+        .map(|c| vec![20 + c, 21, 22, 23, 24])
+        .collect();
+    let mut played = vec![Vec::new(); conversations];
+    for turn in 0..turns as u32 {
+        let handles: Vec<_> = prompts
+            .iter()
+            .enumerate()
+            .map(|(c, p)| {
+                let seed = 1000 * c as u64 + u64::from(turn);
+                engine
+                    .submit(GenerationRequest::new(p.clone(), sampled(6, seed)))
+                    .unwrap()
+            })
+            .collect();
+        for (c, h) in handles.into_iter().enumerate() {
+            let g = h.wait().unwrap();
+            prompts[c].extend_from_slice(&g.token_ids);
+            prompts[c].extend_from_slice(&[40 + turn, 41]);
+            played[c].push(g);
+        }
+    }
+    played
+}
+
+/// Prefix caching across turns: a conversation's next turn takes over the cache entry its last
+/// turn left and prefills only the new tokens — with exactly the tokens and log-probs a cold
+/// prefill gives, when entries have to be evicted for room, and not across a weight sync.
+#[test]
+fn multi_turn_prompts_reuse_their_cached_prefix_bit_for_bit() {
+    let (model, device) = sft();
+    let without = EngineConfig {
+        prefix_cache: false,
+        ..EngineConfig::default()
+    };
+    // Tight budgets: prompt chunks share steps with decodes.
+    let with = EngineConfig {
+        max_batch_tokens: 7,
+        ..EngineConfig::default()
+    };
+    // Room for two conversations' reservations only: parked entries must be evicted.
+    let cramped = EngineConfig {
+        max_seqs: 3,
+        max_cached_tokens: 90,
+        ..EngineConfig::default()
+    };
+    for kind in decoders() {
+        let cold = engine(kind, &model, &device, without.clone());
+        let expected = converse(&cold, 3, 4);
+        assert_eq!(cold.stats().reused_prompt_tokens, 0, "{kind:?}");
+
+        let warm = engine(kind, &model, &device, with.clone());
+        assert_eq!(converse(&warm, 3, 4), expected, "{kind:?}");
+        // Every turn after the first reuses all its previous turn had cached: the previous
+        // prompt and answer but the answer's last token, which was sampled, never fed.
+        let reusable: u64 = expected
+            .iter()
+            .flat_map(|turns| {
+                turns[..turns.len() - 1].iter().scan(5u64, |prompt, g| {
+                    let cached = *prompt + g.token_ids.len() as u64 - 1;
+                    *prompt += g.token_ids.len() as u64 + 2;
+                    Some(cached)
+                })
+            })
+            .sum();
+        let (cold_stats, warm_stats) = (cold.stats(), warm.stats());
+        assert_eq!(warm_stats.reused_prompt_tokens, reusable, "{kind:?}");
+        assert_eq!(
+            cold_stats.prefill_tokens - warm_stats.prefill_tokens,
+            reusable,
+            "{kind:?}: reused tokens are not computed again"
+        );
+        // A prompt equal to a parked entry's tokens still feeds its last token; one that shares
+        // only part of an entry (history rewritten after 8 tokens) reuses those 8 and
+        // recomputes the rest.
+        let last_turn = &expected[0][3];
+        let mut parked: Vec<u32> = vec![20, 21, 22, 23, 24];
+        for (turn, g) in expected[0][..3].iter().enumerate() {
+            parked.extend_from_slice(&g.token_ids);
+            parked.extend_from_slice(&[40 + turn as u32, 41]);
+        }
+        parked.extend_from_slice(&last_turn.token_ids[..last_turn.token_ids.len() - 1]);
+        for (prompt, reuses) in [
+            (parked.clone(), parked.len() as u64 - 1),
+            ([&parked[..8], &[77, 78]].concat(), 8),
+        ] {
+            let before = warm.stats().reused_prompt_tokens;
+            let g = run(&warm, &prompt, sampled(6, 5));
+            assert_eq!(
+                warm.stats().reused_prompt_tokens - before,
+                reuses,
+                "{kind:?}"
+            );
+            assert_eq!(g, run(&cold, &prompt, sampled(6, 5)), "{kind:?}");
+        }
+
+        let small = engine(kind, &model, &device, cramped.clone());
+        assert_eq!(converse(&small, 3, 4), expected, "{kind:?} under eviction");
+        let reused = small.stats().reused_prompt_tokens;
+        assert!(
+            reused > 0 && reused < reusable,
+            "{kind:?}: a cramped engine reuses some prefixes, not all ({reused} of {reusable})"
+        );
+
+        // A weight sync forgets the parked prefixes: the next turn is computed by the new
+        // weights from its first token, as a cold engine does.
+        let base = load_model(fixture("tiny-qwen2"), &device).unwrap();
+        let e = engine(kind, &base, &device, with.clone());
+        let first = run(&e, &[20, 21, 22], sampled(6, 9));
+        e.sync_weights_blocking(&model).unwrap();
+        let mut next = vec![20, 21, 22];
+        next.extend_from_slice(&first.token_ids);
+        next.push(40);
+        let before = e.stats().reused_prompt_tokens;
+        let g = run(&e, &next, sampled(6, 10));
+        assert_eq!(e.stats().reused_prompt_tokens, before, "{kind:?}");
+        let cold = run(
+            &engine(kind, &model, &device, without.clone()),
+            &next,
+            sampled(6, 10),
+        );
+        assert_eq!(
+            (g.token_ids, g.logprobs),
+            (cold.token_ids, cold.logprobs),
+            "{kind:?} after a sync"
+        );
+    }
+}

@@ -71,4 +71,9 @@ pub trait DecodeBackend: Send + Sync + 'static {
 
     /// Frees a sequence's cache entries (unknown ids are ignored).
     fn release(&self, cache: &mut Self::Cache, seq: SeqId);
+
+    /// Keeps the first `len` positions of `seq`'s entries and frees the rest, so that its next
+    /// forward starts at `len` — how a request reuses the prefix a finished sequence left
+    /// (see [`prefix`](super::prefix)). Nothing happens if `seq` holds `len` positions or fewer.
+    fn truncate(&self, cache: &mut Self::Cache, seq: SeqId, len: usize);
 }

@@ -87,6 +87,15 @@ impl DecodeBackend for BurnDecoder {
             cache.cached_tokens -= history.len();
         }
     }
+
+    fn truncate(&self, cache: &mut TokenHistory, seq: SeqId, len: usize) {
+        if let Some(history) = cache.sequences.get_mut(&seq)
+            && len < history.len()
+        {
+            cache.cached_tokens -= history.len() - len;
+            history.truncate(len);
+        }
+    }
 }
 
 /// The checks every decoder makes before touching its cache.

@@ -37,6 +37,10 @@ pub struct EngineConfig {
     pub on_weight_sync: InFlightPolicy,
     /// Version of the weights the engine starts with (a resumed run continues its count).
     pub start_version: u64,
+    /// Whether finished sequences' key/value entries are kept for later requests that extend
+    /// them (multi-turn conversations): see [`prefix`](super::prefix). It changes no result,
+    /// only how many prompt tokens are computed; off, every request prefills its whole prompt.
+    pub prefix_cache: bool,
 }
 
 impl Default for EngineConfig {
@@ -49,6 +53,7 @@ impl Default for EngineConfig {
             seed: 0,
             on_weight_sync: InFlightPolicy::Finish,
             start_version: 0,
+            prefix_cache: true,
         }
     }
 }

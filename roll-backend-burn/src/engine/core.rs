@@ -14,6 +14,7 @@
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use super::config::{EngineConfig, InFlightPolicy};
+use super::prefix::{PrefixMatch, PrefixPark};
 use super::request::GenerationEvent;
 use super::sampler::{SampledToken, SplitMix64, TokenSampler};
 use crate::{BackendError, Result};
@@ -54,6 +55,7 @@ pub(super) struct SharedStats {
     pub steps: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub prefill_tokens: AtomicU64,
+    pub reused_tokens: AtomicU64,
     pub running: AtomicU64,
     pub queued: AtomicU64,
 }
@@ -112,7 +114,10 @@ pub(super) struct EngineLoop<B: DecodeBackend> {
     cache: B::Cache,
     queue: VecDeque<Submission>,
     running: Vec<Sequence<B>>,
+    /// Cache tokens reserved by running sequences.
     reserved: usize,
+    /// Finished sequences' entries kept for prefix reuse (their tokens are not in `reserved`).
+    park: PrefixPark,
     next_seq: u64,
     /// Where the next step starts serving decode tokens (round robin under a tight budget).
     decode_cursor: usize,
@@ -141,6 +146,7 @@ impl<B: DecodeBackend> EngineLoop<B> {
             queue: VecDeque::new(),
             running: Vec::new(),
             reserved: 0,
+            park: PrefixPark::default(),
             next_seq: 0,
             decode_cursor: 0,
             stats,
@@ -204,6 +210,10 @@ impl<B: DecodeBackend> EngineLoop<B> {
         }
         self.weights = weights;
         self.version = self.version.next();
+        // Parked prefixes were computed by the old weights.
+        for seq in self.park.clear() {
+            self.weights.release(&mut self.cache, seq);
+        }
         self.stats.version.store(self.version.0, Ordering::Release);
         if self.config.on_weight_sync == InFlightPolicy::Requeue {
             for seq in &mut self.running {
@@ -249,14 +259,20 @@ impl<B: DecodeBackend> EngineLoop<B> {
         }
     }
 
-    /// Admits queued requests in order while they fit.
+    /// Admits queued requests in order while they fit, each taking over the parked entry that
+    /// holds the longest prefix of its prompt, if any.
     fn admit(&mut self) {
         while self.running.len() < self.config.max_seqs {
             let Some(sub) = self.queue.front() else {
                 return;
             };
             let need = sub.request.prompt_ids.len() + sub.request.params.max_new_tokens as usize;
-            if self.reserved + need > self.config.max_cached_tokens {
+            let found = if self.config.prefix_cache {
+                self.park.best_match(&sub.request.prompt_ids)
+            } else {
+                None
+            };
+            if !self.make_room(need, found.as_ref()) {
                 return;
             }
             let Some(sub) = self.queue.pop_front() else {
@@ -275,14 +291,30 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 }
             };
             self.reserved += need;
-            self.next_seq += 1;
+            let (id, cached) = match found {
+                Some(found) => {
+                    self.park.take(found.seq);
+                    self.weights
+                        .truncate(&mut self.cache, found.seq, found.reused);
+                    self.stats
+                        .reused_tokens
+                        .fetch_add(found.reused as u64, Ordering::Relaxed);
+                    metrics::counter!("roll_engine_prompt_tokens_reused_total")
+                        .increment(found.reused as u64);
+                    (found.seq, found.reused)
+                }
+                None => {
+                    self.next_seq += 1;
+                    (SeqId(self.next_seq), 0)
+                }
+            };
             let tokens = sub.request.prompt_ids.clone();
             self.running.push(Sequence {
-                id: SeqId(self.next_seq),
+                id,
                 prompt_len: tokens.len(),
                 tokens,
                 logprobs: Vec::new(),
-                cached: 0,
+                cached,
                 reserved: need,
                 seed,
                 sampler,
@@ -290,6 +322,26 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 version: self.version,
                 sub,
             });
+        }
+    }
+
+    /// Evicts parked entries, least recently parked first and never `keep` (the entry the
+    /// request will adopt, whose positions become part of its reservation), until a request
+    /// reserving `need` tokens fits beside the running requests and the parked entries left, in
+    /// tokens and in sequence slots. False if it does not fit even with nothing parked.
+    fn make_room(&mut self, need: usize, keep: Option<&PrefixMatch>) -> bool {
+        loop {
+            let parked_tokens = self.park.tokens() - keep.map_or(0, |k| k.held);
+            let parked_seqs = self.park.len() - usize::from(keep.is_some());
+            if self.reserved + need + parked_tokens <= self.config.max_cached_tokens
+                && self.running.len() + 1 + parked_seqs <= self.config.max_seqs
+            {
+                return true;
+            }
+            match self.park.evict_oldest(keep.map(|k| k.seq)) {
+                Some(seq) => self.weights.release(&mut self.cache, seq),
+                None => return false,
+            }
         }
     }
 
@@ -385,11 +437,13 @@ impl<B: DecodeBackend> EngineLoop<B> {
         self.stats
             .prefill_tokens
             .fetch_add(prefill, Ordering::Relaxed);
+        metrics::counter!("roll_engine_prompt_tokens_computed_total").increment(prefill);
 
         let mut outcomes: Vec<(usize, Outcome)> = failed
             .into_iter()
             .map(|(i, e)| (i, Outcome::Failed(e)))
             .collect();
+        let mut generated = 0u64;
         for (i, token) in sampled {
             let seq = &mut self.running[i];
             let token = match token {
@@ -401,12 +455,16 @@ impl<B: DecodeBackend> EngineLoop<B> {
             };
             seq.tokens.push(token.id);
             seq.logprobs.push(token.logprob);
-            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+            generated += 1;
             let _ = seq.sub.events.send(GenerationEvent::Token(token));
             if let Some((reason, text)) = self.finish_reason(i, token.id) {
                 outcomes.push((i, Outcome::Done(reason, text)));
             }
         }
+        self.stats
+            .generated_tokens
+            .fetch_add(generated, Ordering::Relaxed);
+        metrics::counter!("roll_engine_generated_tokens_total").increment(generated);
         // Remove from the highest index down so indices stay valid.
         outcomes.sort_by_key(|o| std::cmp::Reverse(o.0));
         outcomes.dedup_by_key(|o| o.0);
@@ -456,7 +514,17 @@ impl<B: DecodeBackend> EngineLoop<B> {
     }
 
     fn finish(&mut self, seq: Sequence<B>, reason: FinishReason, text: Option<String>) {
-        seq.weights.release(&mut self.cache, seq.id);
+        // A finished sequence's entry is kept for a request that extends it (the next turn of
+        // a conversation) if the current weights computed it; an aborted one has no next turn.
+        if self.config.prefix_cache
+            && reason != FinishReason::Abort
+            && seq.cached > 0
+            && Arc::ptr_eq(&seq.weights, &self.weights)
+        {
+            self.park.park(seq.id, seq.tokens[..seq.cached].to_vec());
+        } else {
+            seq.weights.release(&mut self.cache, seq.id);
+        }
         self.reserved -= seq.reserved;
         let text = match (text, &self.tokenizer) {
             (Some(t), _) => t,

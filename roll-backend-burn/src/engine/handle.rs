@@ -123,8 +123,11 @@ pub struct EngineStats {
     pub steps: u64,
     /// Tokens sampled so far.
     pub generated_tokens: u64,
-    /// Prompt tokens fed so far.
+    /// Prompt tokens computed so far.
     pub prefill_tokens: u64,
+    /// Prompt tokens not computed because a finished sequence's cache entry held them (prefix
+    /// reuse: [`EngineConfig::prefix_cache`](super::EngineConfig::prefix_cache)).
+    pub reused_prompt_tokens: u64,
     /// Requests being decoded after the last step.
     pub running: u64,
     /// Requests waiting for a slot after the last step.
@@ -367,6 +370,7 @@ impl Engine {
             steps: s.steps.load(Ordering::Relaxed),
             generated_tokens: s.generated_tokens.load(Ordering::Relaxed),
             prefill_tokens: s.prefill_tokens.load(Ordering::Relaxed),
+            reused_prompt_tokens: s.reused_tokens.load(Ordering::Relaxed),
             running: s.running.load(Ordering::Relaxed),
             queued: s.queued.load(Ordering::Relaxed),
         }

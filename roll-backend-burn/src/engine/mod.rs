@@ -40,6 +40,7 @@ mod core;
 pub mod cpu;
 mod handle;
 mod logprob;
+pub mod prefix;
 mod request;
 pub mod sampler;
 

@@ -599,6 +599,10 @@ impl DecodeBackend for CpuDecoder {
     fn release(&self, cache: &mut CpuCache, seq: SeqId) {
         cache.release(seq);
     }
+
+    fn truncate(&self, cache: &mut CpuCache, seq: SeqId, len: usize) {
+        cache.truncate(seq, len);
+    }
 }
 
 /// Uniform test values in `[-1, 1)` from the project's generator, for the kernels' tests.
