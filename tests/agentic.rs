@@ -346,3 +346,82 @@ async fn an_asynchronous_agentic_run_overlaps_play_and_training_within_the_bound
     );
     let _ = std::fs::remove_dir_all(out);
 }
+
+/// One-turn episodes scoring the answer's bytes: any two different answers almost surely score
+/// differently, so sampled episodes show in the mean score.
+struct Bytes;
+
+impl roll::core::Env for Bytes {
+    fn reset(&mut self, seed: u64) -> roll::core::Result<roll::core::Observation> {
+        Ok(roll::core::Observation::new(format!("Q: {seed}+1=? A:")))
+    }
+
+    fn step(&mut self, action: &str) -> roll::core::Result<roll::core::StepResult> {
+        let score = action.bytes().map(f32::from).sum::<f32>() / 100.0;
+        Ok(roll::core::StepResult::terminated("done", score).with_info("success", score > 1.0))
+    }
+}
+
+/// `run.eval_temperature`: held-out episodes are also sampled, seeded from the run seed (the
+/// same weights score the same twice), the sampled figure is the evaluation's accuracy and the
+/// greedy one stands beside it, equal to what a greedy-only evaluation reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_out_episodes_can_be_sampled_at_a_temperature_beside_greedy() {
+    let held_out: Vec<u64> = (0..8).map(|i| (1u64 << 62) + i).collect();
+    let evaluate = |name: &str, temperature: f64| {
+        let out = out_dir(name);
+        let config = ConfigLoader::new()
+            .toml_str(format!(
+                r#"
+                pipeline = "agentic"
+                [run]
+                max_steps = 1
+                output_dir = "{}"
+                eval_temperature = {temperature:?}
+                [model]
+                prompt_format = "plain"
+                [model.source]
+                kind = "hf_dir"
+                path = "{FIXTURE}"
+                [agentic]
+                env = {{ kind = "bytes" }}
+                max_turns = 1
+                max_tokens_per_turn = 4
+                "#,
+                out.display()
+            ))
+            .load()
+            .expect("config");
+        let held_out = held_out.clone();
+        async move {
+            let mut run = RunBuilder::new(config)
+                .env("bytes", || Bytes)
+                .eval_seeds(held_out)
+                .build()
+                .expect("build");
+            let first = run.evaluate("first").await.expect("eval").expect("a point");
+            let second = run
+                .evaluate("second")
+                .await
+                .expect("eval")
+                .expect("a point");
+            let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+            drop(run);
+            let _ = std::fs::remove_dir_all(&out);
+            (first, second, metrics)
+        }
+    };
+    let (greedy, _, greedy_lines) = evaluate("eval-greedy", 0.0).await;
+    let (sampled, again, lines) = evaluate("eval-sampled", 1.0).await;
+    assert_eq!(greedy.greedy_accuracy, None);
+    assert!(!greedy_lines.contains("greedy_accuracy"));
+    assert_eq!(sampled.greedy_accuracy, Some(greedy.accuracy));
+    assert!(lines.contains("\"greedy_accuracy\""), "{lines}");
+    // Seeded: the same weights draw the same episodes.
+    assert_eq!(
+        (sampled.accuracy, sampled.reward_mean),
+        (again.accuracy, again.reward_mean)
+    );
+    // And they are drawn: sampled answers do not score as the greedy ones do.
+    assert_ne!(sampled.reward_mean, greedy.reward_mean);
+}

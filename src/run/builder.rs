@@ -328,13 +328,10 @@ impl RunBuilder {
                 }
                 return Ok(None);
             }
-            let mut episode = manager.episode.clone();
-            episode.sampling.temperature = 0.0;
-            episode.sampling.seed = None;
             return Ok(Some(Evaluation::Episodes {
                 seeds: std::mem::take(&mut self.eval_seeds),
                 factory: self.envs.factory(env)?,
-                episode,
+                episode: manager.episode.clone(),
                 step_timeout: manager.step_timeout,
             }));
         }

@@ -14,6 +14,7 @@ use roll_core::config::{
     ComponentSpec, Config, DomainConfig, ModelSource, NewModel, Pipeline, PromptFormat,
 };
 use roll_core::pipeline::{RlvrPipelineConfig, SftConfig};
+use roll_core::policy::SamplingParams;
 use roll_core::rng::derive_seed;
 use roll_core::scheduler::RlvrSchedulerConfig;
 use roll_core::strategy::DeviceSpec;
@@ -38,6 +39,10 @@ pub struct RunSettings {
     pub eval_every: u64,
     /// The longest greedy answer of an evaluation (`rollout.max_new_tokens`).
     pub eval_max_new_tokens: u32,
+    /// How held-out prompts and episodes are also sampled, besides greedily, when
+    /// `run.eval_temperature` is above 0: the rollout's sampling at that temperature, seeded
+    /// from `run.seed`. `None`: greedy only.
+    pub eval_sampling: Option<SamplingParams>,
     /// A checkpoint every this many RL steps and after the last; 0: none (`run.save_every`).
     pub save_every: u64,
     /// Checkpoints kept (`run.keep_checkpoints`).
@@ -180,6 +185,18 @@ impl RunPlan {
                 log_every: config.run.log_every,
                 eval_every: config.run.eval_every,
                 eval_max_new_tokens: config.rollout.max_new_tokens,
+                eval_sampling: (config.run.eval_temperature > 0.0).then(|| {
+                    let sampling = &config.rollout.sampling;
+                    SamplingParams {
+                        temperature: config.run.eval_temperature as f32,
+                        top_p: sampling.top_p as f32,
+                        top_k: sampling.top_k,
+                        max_new_tokens: config.rollout.max_new_tokens,
+                        stop_token_ids: Vec::new(),
+                        stop: sampling.stop.clone(),
+                        seed: Some(derive_seed(config.run.seed, "evaluation")),
+                    }
+                }),
                 save_every: config.run.save_every,
                 keep_checkpoints: config.run.keep_checkpoints,
                 tensorboard: config.run.tensorboard,

@@ -50,15 +50,18 @@ pub(crate) struct SftStage {
 
 /// What a held-out evaluation plays.
 pub(crate) enum Evaluation {
-    /// Prompts answered greedily and the reward that scores them (RLVR).
+    /// Prompts answered (greedily, and sampled with `run.eval_temperature` > 0) and the reward
+    /// that scores them (RLVR).
     Prompts {
         prompts: Vec<Prompt>,
         reward: Arc<dyn RewardWorker>,
     },
-    /// One greedy episode per environment seed (agentic).
+    /// One episode per environment seed (agentic), greedy and, with `run.eval_temperature` > 0,
+    /// sampled.
     Episodes {
         seeds: Vec<u64>,
         factory: EnvFactory,
+        /// The rollout's episode settings; the evaluation sets the temperature and the seed.
         episode: EpisodeConfig,
         /// `agentic.step_timeout`: a held-out episode whose environment hangs costs that
         /// episode only.
@@ -477,7 +480,9 @@ impl Run {
         Ok(dir)
     }
 
-    /// Evaluates the current actor greedily on the held-out set and records it under `label`
+    /// Evaluates the current actor on the held-out set — greedily, and sampled at
+    /// `run.eval_temperature` when that is above 0 (the sampled figure is then the accuracy, the
+    /// greedy one `greedy_accuracy`) — and records it under `label`
     /// (`None` without one): RLVR answers the held-out prompts (accuracy: the share the reward
     /// scores as correct), agentic runs play one episode per held-out seed (accuracy: the
     /// success rate; the metrics line also has `success_rate` and `episode_len_mean`).
@@ -501,62 +506,29 @@ impl Run {
         let bar = ProgressBar::new_spinner().with_message(format!("evaluating {what} ({label})"));
         bar.enable_steady_tick(Duration::from_millis(200));
         let policy: Arc<dyn Generate> = self.actor().clone();
-        let mut line = Map::new();
-        let mut by_domain = std::collections::BTreeMap::new();
-        let (accuracy, reward_mean, failed, time) = match eval {
-            Evaluation::Prompts { prompts, reward } => {
-                let report = evaluate(
-                    policy,
-                    &*self.tokenizer,
-                    reward.clone(),
-                    prompts,
-                    &SamplingParams {
-                        temperature: 0.0,
-                        max_new_tokens: self.plan.run.eval_max_new_tokens,
-                        ..SamplingParams::default()
-                    },
-                )
-                .await?;
-                by_domain = report.accuracy_by_domain();
-                for (domain, accuracy) in &by_domain {
-                    line.insert(format!("domain/{domain}/accuracy"), (*accuracy).into());
-                }
-                (
-                    report.accuracy(),
-                    report.reward_mean(),
-                    report.failed(),
-                    report.time,
-                )
-            }
-            Evaluation::Episodes {
-                seeds,
-                factory,
-                episode,
-                step_timeout,
-            } => {
-                let report = evaluate_episodes(
-                    policy,
-                    self.tokenizer.clone(),
-                    factory,
-                    seeds,
-                    episode,
-                    EVAL_THREADS,
-                    *step_timeout,
-                )
-                .await?;
-                line.insert("success_rate".into(), report.success_rate().into());
-                line.insert("episode_len_mean".into(), report.turns_mean().into());
-                for end in ["terminated", "truncated", "context_full"] {
-                    line.insert(format!("ended_{end}"), report.ended(end).into());
-                }
-                (
-                    report.success_rate(),
-                    report.score_mean(),
-                    report.failed(),
-                    report.time,
-                )
-            }
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: self.plan.run.eval_max_new_tokens,
+            ..SamplingParams::default()
         };
+        let tokenizer = self.tokenizer.clone();
+        let greedy = play_held_out(eval, policy.clone(), tokenizer.clone(), &greedy).await?;
+        let (mut measured, greedy_accuracy) = match &self.plan.run.eval_sampling {
+            Some(sampling) => {
+                let sampled = play_held_out(eval, policy, tokenizer, sampling).await?;
+                (sampled, Some(greedy.accuracy))
+            }
+            None => (greedy, None),
+        };
+        let Measured {
+            accuracy,
+            reward_mean,
+            failed,
+            time,
+            ..
+        } = measured;
+        let by_domain = std::mem::take(&mut measured.by_domain);
+        let mut line = std::mem::take(&mut measured.line);
         bar.finish_and_clear();
         let point = EvalPoint {
             label: label.to_owned(),
@@ -566,9 +538,18 @@ impl Run {
             failed,
             at_s: self.recorder.started.elapsed().as_secs_f64(),
             by_domain,
+            greedy_accuracy,
+        };
+        let how = match (&self.plan.run.eval_sampling, greedy_accuracy) {
+            (Some(sampling), Some(greedy)) => format!(
+                " sampled at temperature {} (greedy {:.1}%)",
+                sampling.temperature,
+                100.0 * greedy
+            ),
+            _ => String::new(),
         };
         println!(
-            "[{}] held-out {measure} {label}: {:.1}% ({what}, {:.1} s)",
+            "[{}] held-out {measure} {label}: {:.1}%{how} ({what}, {:.1} s)",
             self.plan.run.name,
             100.0 * point.accuracy,
             time.as_secs_f64()
@@ -585,6 +566,9 @@ impl Run {
         line.insert("label".into(), label.into());
         line.insert("rl_step".into(), point.rl_step.into());
         line.insert("accuracy".into(), point.accuracy.into());
+        if let Some(greedy) = greedy_accuracy {
+            line.insert("greedy_accuracy".into(), greedy.into());
+        }
         line.insert("reward_mean".into(), point.reward_mean.into());
         line.insert("failed".into(), point.failed.into());
         line.insert("eval_s".into(), time.as_secs_f64().into());
@@ -686,4 +670,82 @@ fn progress(len: u64, what: &str) -> ProgressBar {
     .progress_chars("=> ");
     bar.set_style(style);
     bar
+}
+
+/// One pass over the held-out set with one way of sampling.
+struct Measured {
+    /// Share solved (RLVR) or succeeded (agentic).
+    accuracy: f64,
+    /// Mean reward (RLVR) or episode score (agentic).
+    reward_mean: f64,
+    failed: usize,
+    time: Duration,
+    /// Accuracy per domain (RLVR).
+    by_domain: std::collections::BTreeMap<String, f64>,
+    /// The measures the metrics line gets besides those above.
+    line: Map<String, Value>,
+}
+
+/// Plays `eval` once with `policy`, sampling as `params` says (for episodes: its temperature,
+/// top-p, top-k and seed; each turn's length is the episode's own).
+async fn play_held_out(
+    eval: &Evaluation,
+    policy: Arc<dyn Generate>,
+    tokenizer: Arc<dyn Tokenizer>,
+    params: &SamplingParams,
+) -> Result<Measured> {
+    let mut line = Map::new();
+    match eval {
+        Evaluation::Prompts { prompts, reward } => {
+            let report = evaluate(policy, &*tokenizer, reward.clone(), prompts, params).await?;
+            let by_domain = report.accuracy_by_domain();
+            for (domain, accuracy) in &by_domain {
+                line.insert(format!("domain/{domain}/accuracy"), (*accuracy).into());
+            }
+            Ok(Measured {
+                accuracy: report.accuracy(),
+                reward_mean: report.reward_mean(),
+                failed: report.failed(),
+                time: report.time,
+                by_domain,
+                line,
+            })
+        }
+        Evaluation::Episodes {
+            seeds,
+            factory,
+            episode,
+            step_timeout,
+        } => {
+            let mut episode = episode.clone();
+            let sampling = &mut episode.sampling;
+            sampling.temperature = params.temperature;
+            sampling.top_p = params.top_p;
+            sampling.top_k = params.top_k;
+            sampling.seed = params.seed;
+            let report = evaluate_episodes(
+                policy,
+                tokenizer,
+                factory,
+                seeds,
+                &episode,
+                EVAL_THREADS,
+                *step_timeout,
+            )
+            .await?;
+            line.insert("success_rate".into(), report.success_rate().into());
+            line.insert("episode_len_mean".into(), report.turns_mean().into());
+            for end in ["terminated", "truncated", "context_full"] {
+                line.insert(format!("ended_{end}"), report.ended(end).into());
+            }
+            Ok(Measured {
+                accuracy: report.success_rate(),
+                reward_mean: report.score_mean(),
+                failed: report.failed(),
+                time: report.time,
+                by_domain: Default::default(),
+                line,
+            })
+        }
+    }
 }

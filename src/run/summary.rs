@@ -26,6 +26,10 @@ pub struct EvalPoint {
     /// Accuracy per domain of an RLVR run's held-out prompts (empty for an agentic run).
     #[serde(default)]
     pub by_domain: BTreeMap<String, f64>,
+    /// The greedy accuracy, when `accuracy` is that of answers or episodes sampled at
+    /// `run.eval_temperature`; `None` when `accuracy` is the greedy one.
+    #[serde(default)]
+    pub greedy_accuracy: Option<f64>,
 }
 
 /// The SFT stage.
@@ -135,16 +139,29 @@ impl fmt::Display for RunSummary {
             self.total_time.as_secs_f64()
         )?;
         if !self.evals.is_empty() {
-            writeln!(f, "## Held-out evaluation (greedy)\n")?;
-            writeln!(
-                f,
-                "| when | RL step | solved | mean reward | failed | at (s) |"
-            )?;
-            writeln!(f, "|---|---:|---:|---:|---:|---:|")?;
-            for e in &self.evals {
+            if self.evals.iter().any(|e| e.greedy_accuracy.is_some()) {
+                writeln!(f, "## Held-out evaluation (sampled; greedy beside)\n")?;
                 writeln!(
                     f,
-                    "| {} | {} | {:.1}% | {:.3} | {} | {:.0} |",
+                    "| when | RL step | solved (sampled) | solved (greedy) | mean reward | failed | at (s) |"
+                )?;
+                writeln!(f, "|---|---:|---:|---:|---:|---:|---:|")?;
+            } else {
+                writeln!(f, "## Held-out evaluation (greedy)\n")?;
+                writeln!(
+                    f,
+                    "| when | RL step | solved | mean reward | failed | at (s) |"
+                )?;
+                writeln!(f, "|---|---:|---:|---:|---:|---:|")?;
+            }
+            for e in &self.evals {
+                let greedy = e
+                    .greedy_accuracy
+                    .map(|g| format!(" {:.1}% |", 100.0 * g))
+                    .unwrap_or_default();
+                writeln!(
+                    f,
+                    "| {} | {} | {:.1}% |{greedy} {:.3} | {} | {:.0} |",
                     e.label,
                     e.rl_step,
                     100.0 * e.accuracy,

@@ -31,6 +31,13 @@ pub struct RunConfig {
     /// first and after the last; `0`: only those two. Needs held-out prompts (the run builder's
     /// `eval_prompts`). Default `0`. ROLL: `eval_steps`.
     pub eval_every: u64,
+    /// Temperature of the held-out evaluation. `0` (default): greedy answers and episodes.
+    /// Above 0: each held-out prompt or episode is also sampled once at this temperature (the
+    /// rollout's top-p and top-k, seeds derived from `run.seed`, so every evaluation draws the
+    /// same way), and that sampled figure is the evaluation's accuracy, with the greedy one
+    /// beside it (`greedy_accuracy`). What RL optimises is the sampling policy: in environments
+    /// where a deterministic agent can loop forever the two differ.
+    pub eval_temperature: f64,
     /// Save a checkpoint of the whole run (weights, optimiser, data position, RNGs, controller
     /// state, metrics so far) to `<output_dir>/checkpoints/` every this many RL steps and after
     /// the last; `0`: never. Default `0`. ROLL: `save_steps`.
@@ -62,6 +69,7 @@ impl Default for RunConfig {
             output_dir: PathBuf::from("./output"),
             log_every: 1,
             eval_every: 0,
+            eval_temperature: 0.0,
             save_every: 0,
             keep_checkpoints: 2,
             resume: false,
@@ -83,6 +91,7 @@ impl RunConfig {
             "a non-empty path",
         )?;
         c.at_least("log_every", self.log_every, 1)?;
+        c.non_negative("eval_temperature", self.eval_temperature)?;
         c.at_least("keep_checkpoints", self.keep_checkpoints.into(), 1)
     }
 }
