@@ -6,8 +6,9 @@
 //! teach a 0.9M-parameter Qwen2 built from scratch (with a BPE tokenizer learned from their
 //! text) the game's format and moves by multi-turn SFT; GiGPO then trains it on its own
 //! episodes, rewarded by the environment (−0.1 a move, +1 for a box on its target, +10 when
-//! solved); greedy episodes on held-out rooms (never in the warm start) measure the success rate
-//! after SFT, during and after RL.
+//! solved); episodes on held-out rooms (never in the warm start) measure the success rate after
+//! SFT, during and after RL — sampled as in training (the config's `run.eval_temperature`) and
+//! greedy.
 //!
 //! ```sh
 //! cargo run --release --example agentic_sokoban [-- --model DIR] [-- key.path=value ...]

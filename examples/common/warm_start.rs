@@ -23,7 +23,8 @@ pub struct Task {
     pub sft_held_out: usize,
     /// Share of the warm start's episodes the expert plays, in [0, 1]; the novice plays the rest.
     pub expert_share: f64,
-    /// Held-out seeds: one greedy episode each after SFT, during and after RL.
+    /// Held-out seeds: one episode each (greedy, and sampled with `run.eval_temperature`) after
+    /// SFT, during and after RL.
     pub held_out: usize,
 }
 

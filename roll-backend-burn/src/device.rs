@@ -4,7 +4,9 @@ use crate::{BackendError, Result};
 use burn::tensor::Device;
 use roll_core::strategy::DeviceSpec;
 
-/// The Burn device for `spec`: `cpu` is the Flex CPU backend; `cuda:N` needs the `cuda` feature.
+/// The Burn device for `spec`: `cpu` is the Flex CPU backend; `cuda:N` needs the `cuda`
+/// feature, `vulkan:N` the `wgpu` feature (`gpu::vulkan_device` says which
+/// adapter an index names).
 ///
 /// Always name the device explicitly: Burn's `Device::default()` silently moves to a GPU when a
 /// GPU backend is compiled in.
@@ -16,6 +18,7 @@ use roll_core::strategy::DeviceSpec;
 /// ```
 /// use roll_backend_burn::{device, DeviceSpec};
 /// let cpu = device(DeviceSpec::Cpu).unwrap();
+/// # #[cfg(not(feature = "wgpu"))]
 /// assert!(device(DeviceSpec::Vulkan(0)).is_err());
 /// # let _ = cpu;
 /// ```
@@ -29,9 +32,12 @@ pub fn device(spec: DeviceSpec) -> Result<Device> {
             device: spec,
             feature: "cuda",
         }),
+        #[cfg(feature = "wgpu")]
+        DeviceSpec::Vulkan(index) => crate::gpu::vulkan_device(index),
+        #[cfg(not(feature = "wgpu"))]
         DeviceSpec::Vulkan(_) => Err(BackendError::BackendNotBuilt {
             device: spec,
-            feature: "vulkan",
+            feature: "wgpu",
         }),
     }
 }

@@ -58,6 +58,8 @@ mod chat_template;
 mod device;
 pub mod engine;
 mod error;
+#[cfg(feature = "wgpu")]
+pub mod gpu;
 pub mod hf;
 pub mod models;
 pub mod policy;

@@ -79,7 +79,7 @@ impl FusedAdamW {
 
 /// The update's per-step constants, each rounded to f32 exactly where Burn's ops round them.
 #[derive(Debug, Clone, Copy)]
-struct Constants {
+pub(crate) struct Constants {
     beta_1: f32,
     beta_2: f32,
     /// `1 − β₁`, `1 − β₂` (f32, as Burn).
@@ -94,10 +94,48 @@ struct Constants {
     /// `η` rounded to f32.
     lr: f32,
     scale: f32,
-    first: bool,
+    /// The first step (`m` and `v` start from zero).
+    pub(crate) first: bool,
 }
 
 impl Constants {
+    /// The constants of `optimizer`'s step number `time` (from 1) at learning rate `lr`.
+    fn new(optimizer: &FusedAdamW, lr: LearningRate, time: usize) -> Self {
+        let exponent = i32::try_from(time).unwrap_or(i32::MAX);
+        let decay_rate = lr * f64::from(optimizer.weight_decay);
+        Self {
+            beta_1: optimizer.beta_1,
+            beta_2: optimizer.beta_2,
+            factor_1: 1.0 - optimizer.beta_1,
+            factor_2: 1.0 - optimizer.beta_2,
+            correction_1: 1f32 - optimizer.beta_1.powi(exponent),
+            correction_2: 1f32 - optimizer.beta_2.powi(exponent),
+            epsilon: optimizer.epsilon,
+            decay: (decay_rate != 0.0).then_some((1.0 - decay_rate) as f32),
+            lr: lr as f32,
+            scale: optimizer.scale.get(),
+            first: time == 1,
+        }
+    }
+
+    /// For a device kernel: `[β₁, β₂, 1−β₁, 1−β₂, c₁, c₂, ε, decay, lr, scale]`, a missing decay
+    /// and scale as 1 (multiplying by 1 changes no bit, so the update is the same).
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub(crate) fn as_array(&self) -> [f32; 10] {
+        [
+            self.beta_1,
+            self.beta_2,
+            self.factor_1,
+            self.factor_2,
+            self.correction_1,
+            self.correction_2,
+            self.epsilon,
+            self.decay.unwrap_or(1.0),
+            self.lr,
+            self.scale,
+        ]
+    }
+
     /// One element: returns the new `(p, m, v)`.
     #[inline]
     fn update(&self, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
@@ -153,30 +191,33 @@ impl Optimizer for FusedAdamW {
         let device = tensor.device();
         let dtype = tensor.dtype();
         let n = shape.num_elements();
+        let time = state.as_ref().map_or(1, |s| s.momentum.time + 1);
+        let c = Constants::new(self, lr, time);
+        // On a GPU the same update runs as one kernel over the device buffers.
+        #[cfg(feature = "wgpu")]
+        if dtype == DType::F32 && crate::gpu::on_cube_device(&tensor) {
+            let (m, v) = match state {
+                Some(s) => (s.momentum.moment_1, s.momentum.moment_2),
+                None => (tensor.zeros_like(), tensor.zeros_like()),
+            };
+            #[allow(clippy::expect_used)] // four tensors of one shape on one device, by construction
+            let (p, m, v) = crate::gpu::adamw_apply(tensor, grad, m, v, &c)
+                .expect("the parameter, its gradient and moments share shape and device");
+            let state = AdamWState {
+                momentum: AdaptiveMomentumState {
+                    time,
+                    moment_1: m,
+                    moment_2: v,
+                    max_moment_2: None,
+                },
+            };
+            return (p, Some(state));
+        }
         let mut p = values(tensor);
         let g = values(grad);
-        let (time, mut m, mut v) = match state {
-            Some(s) => (
-                s.momentum.time + 1,
-                values(s.momentum.moment_1),
-                values(s.momentum.moment_2),
-            ),
-            None => (1, vec![0.0; n], vec![0.0; n]),
-        };
-        let exponent = i32::try_from(time).unwrap_or(i32::MAX);
-        let decay_rate = lr * f64::from(self.weight_decay);
-        let c = Constants {
-            beta_1: self.beta_1,
-            beta_2: self.beta_2,
-            factor_1: 1.0 - self.beta_1,
-            factor_2: 1.0 - self.beta_2,
-            correction_1: 1f32 - self.beta_1.powi(exponent),
-            correction_2: 1f32 - self.beta_2.powi(exponent),
-            epsilon: self.epsilon,
-            decay: (decay_rate != 0.0).then_some((1.0 - decay_rate) as f32),
-            lr: lr as f32,
-            scale: self.scale.get(),
-            first: time == 1,
+        let (mut m, mut v) = match state {
+            Some(s) => (values(s.momentum.moment_1), values(s.momentum.moment_2)),
+            None => (vec![0.0; n], vec![0.0; n]),
         };
         p.par_chunks_mut(CHUNK)
             .zip(m.par_chunks_mut(CHUNK))

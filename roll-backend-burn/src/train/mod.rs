@@ -46,7 +46,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod adamw;
+pub(crate) mod adamw;
 mod checkpoint;
 mod clip;
 mod config;

@@ -1,0 +1,231 @@
+//! The kernels, in CubeCL. f32 throughout; every tensor a contiguous row-major buffer.
+//!
+//! Row kernels run one cube per row: its units stride over the row, reduce their partial sums
+//! (or maxima) through shared memory in a tree, and finish the row together. `units` (the cube
+//! size) is a power of two, known when the kernel is compiled.
+
+use cubecl::prelude::*;
+
+/// `out[i] = silu(gate[i]) · up[i]`, SwiGLU's element-wise half.
+#[cube(launch)]
+pub fn silu_mul(gate: &Tensor<f32>, up: &Tensor<f32>, out: &mut Tensor<f32>) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let g = gate[i];
+        out[i] = g / (1.0 + f32::exp(-g)) * up[i];
+    }
+}
+
+/// Sums `partial` over the cube's `units` units through `shared`; every unit gets the total.
+#[cube]
+fn cube_sum(partial: f32, shared: &mut SharedMemory<f32>, #[comptime] units: usize) -> f32 {
+    let unit = UNIT_POS as usize;
+    shared[unit] = partial;
+    sync_cube();
+    let mut stride = units / 2;
+    while stride > 0 {
+        if unit < stride {
+            shared[unit] = shared[unit] + shared[unit + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+/// The maximum of `partial` over the cube's units (as [`cube_sum`]).
+#[cube]
+fn cube_max(partial: f32, shared: &mut SharedMemory<f32>, #[comptime] units: usize) -> f32 {
+    let unit = UNIT_POS as usize;
+    shared[unit] = partial;
+    sync_cube();
+    let mut stride = units / 2;
+    while stride > 0 {
+        if unit < stride {
+            shared[unit] = f32::max(shared[unit], shared[unit + stride]);
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+/// RMSNorm of each row of `x` (`[rows, d]`, one cube per row): `out = x / sqrt(mean(x²) + eps) · w`.
+#[cube(launch)]
+pub fn rms_norm_rows(
+    x: &Tensor<f32>,
+    weight: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    eps: f32,
+    #[comptime] units: usize,
+) {
+    let d = weight.len();
+    let base = CUBE_POS * d;
+    let unit = UNIT_POS as usize;
+    let mut shared = SharedMemory::<f32>::new(units);
+    let mut partial = 0.0f32;
+    let mut i = unit;
+    while i < d {
+        let v = x[base + i];
+        partial += v * v;
+        i += units;
+    }
+    let sum = cube_sum(partial, &mut shared, units);
+    let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
+    let mut j = unit;
+    while j < d {
+        out[base + j] = x[base + j] * inv * weight[j];
+        j += units;
+    }
+}
+
+/// The residual stream's add and the next RMSNorm in one pass: `summed = x + residual`,
+/// `out = rmsnorm(summed) · w`, per row (one cube per row).
+#[cube(launch)]
+pub fn add_rms_norm_rows(
+    x: &Tensor<f32>,
+    residual: &Tensor<f32>,
+    weight: &Tensor<f32>,
+    summed: &mut Tensor<f32>,
+    out: &mut Tensor<f32>,
+    eps: f32,
+    #[comptime] units: usize,
+) {
+    let d = weight.len();
+    let base = CUBE_POS * d;
+    let unit = UNIT_POS as usize;
+    let mut shared = SharedMemory::<f32>::new(units);
+    let mut partial = 0.0f32;
+    let mut i = unit;
+    while i < d {
+        let v = x[base + i] + residual[base + i];
+        summed[base + i] = v;
+        partial += v * v;
+        i += units;
+    }
+    let sum = cube_sum(partial, &mut shared, units);
+    let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
+    let mut j = unit;
+    while j < d {
+        out[base + j] = summed[base + j] * inv * weight[j];
+        j += units;
+    }
+}
+
+/// Rotary embedding, Qwen's (HF `rotate_half`) layout: each head vector of `x`
+/// (`[rows · heads, head_dim]`) has its halves `(a, b)` turned to `(a·cos − b·sin, b·cos + a·sin)`
+/// by the angles of its row's position, read from the `[positions, head_dim / 2]` tables.
+#[cube(launch)]
+pub fn rope_rows(
+    x: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    positions: &Tensor<i32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    #[comptime] heads: usize,
+    #[comptime] head_dim: usize,
+) {
+    let half = head_dim / 2;
+    let idx = ABSOLUTE_POS;
+    if idx < x.len() / 2 {
+        let pair = idx / half;
+        let j = idx % half;
+        let row = pair / heads;
+        let at = (positions[row] as usize) * half + j;
+        let base = pair * head_dim;
+        let a = x[base + j];
+        let b = x[base + j + half];
+        let c = cos[at];
+        let s = sin[at];
+        out[base + j] = a * c - b * s;
+        out[base + j + half] = b * c + a * s;
+    }
+}
+
+/// Per row of `logits` (`[rows, vocab]`, one cube per row): the log-prob of the row's target
+/// token and the entropy of the row's distribution, `H = ln S − Σ eᵢ(lᵢ − m) / S` with
+/// `m = max l`, `eᵢ = exp(lᵢ − m)`, `S = Σ eᵢ` — no `[rows, vocab]` softmax is written.
+#[cube(launch)]
+pub fn logprob_entropy_rows(
+    logits: &Tensor<f32>,
+    targets: &Tensor<i32>,
+    logprobs: &mut Tensor<f32>,
+    entropies: &mut Tensor<f32>,
+    #[comptime] vocab: usize,
+    #[comptime] units: usize,
+) {
+    let row = CUBE_POS;
+    let base = row * vocab;
+    let unit = UNIT_POS as usize;
+    let mut shared = SharedMemory::<f32>::new(units);
+    let mut partial = f32::new(-3.0e38);
+    let mut i = unit;
+    while i < vocab {
+        partial = f32::max(partial, logits[base + i]);
+        i += units;
+    }
+    let m = cube_max(partial, &mut shared, units);
+    let mut s = 0.0f32;
+    let mut t = 0.0f32;
+    let mut j = unit;
+    while j < vocab {
+        let z = logits[base + j] - m;
+        let e = f32::exp(z);
+        s += e;
+        t += e * z;
+        j += units;
+    }
+    let s = cube_sum(s, &mut shared, units);
+    let t = cube_sum(t, &mut shared, units);
+    if unit == 0 {
+        let ln_s = f32::ln(s);
+        let target = targets[row] as usize;
+        logprobs[row] = logits[base + target] - m - ln_s;
+        entropies[row] = ln_s - t / s;
+    }
+}
+
+/// One AdamW step over a flat parameter buffer (written to fresh buffers: the inputs may be
+/// shared), the gradient scaled by `scale` (the global-norm clip coefficient) in the same pass —
+/// the CPU optimiser's update ([`FusedAdamW`](crate::train)), operation for operation:
+///
+/// ```text
+/// g ← g·scale
+/// m ← β₁m + (1−β₁)g;  v ← β₂v + (1−β₂)g²        (first step: m = (1−β₁)g, v = (1−β₂)g²)
+/// p ← p·decay − lr · (m / c₁) / (sqrt(v / c₂) + ε)      decay = 1 − lr·λ,  cₖ = 1 − βₖᵗ
+/// ```
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_update(
+    params: &Tensor<f32>,
+    grads: &Tensor<f32>,
+    m: &Tensor<f32>,
+    v: &Tensor<f32>,
+    params_out: &mut Tensor<f32>,
+    m_out: &mut Tensor<f32>,
+    v_out: &mut Tensor<f32>,
+    c: &Tensor<f32>,
+    #[comptime] first: bool,
+) {
+    // The constants, in the order `AdamWConstants::as_array` writes them.
+    let (beta1, beta2, factor1, factor2) = (c[0], c[1], c[2], c[3]);
+    let (correction1, correction2, eps, decay, lr, scale) = (c[4], c[5], c[6], c[7], c[8], c[9]);
+    let i = ABSOLUTE_POS;
+    if i < params.len() {
+        let g = grads[i] * scale;
+        let mut mi = g * factor1;
+        let mut vi = (g * g) * factor2;
+        if !first {
+            mi = m[i] * beta1 + g * factor1;
+            vi = v[i] * beta2 + (g * g) * factor2;
+        }
+        m_out[i] = mi;
+        v_out[i] = vi;
+        let delta = (mi / correction1) / (f32::sqrt(vi / correction2) + eps);
+        params_out[i] = params[i] * decay - delta * lr;
+    }
+}

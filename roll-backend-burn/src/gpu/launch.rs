@@ -1,0 +1,390 @@
+//! Burn tensors in, kernel launched on their buffers, Burn tensors out.
+
+use super::kernels;
+use crate::train::adamw::Constants;
+use crate::{BackendError, Result};
+use burn::backend::Cube;
+use burn::tensor::wgpu::WgpuBackend;
+use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::{CubeCount, CubeDim};
+use std::sync::OnceLock;
+
+/// Units per cube of the row kernels (a power of two).
+const ROW_UNITS: usize = 128;
+/// Units per cube of the element-wise kernels.
+const ELEMENT_UNITS: u32 = 256;
+
+/// The wgpu device on Vulkan: `index` 0 is the best adapter the machine has (a discrete GPU if
+/// there is one; on a machine without a GPU, Mesa's lavapipe), `index` N ≥ 1 the N-th discrete
+/// GPU. Initialised once per process; later calls return the same device.
+///
+/// # Errors
+/// [`BackendError::InvalidInput`] if no Vulkan adapter answers (no GPU driver, no
+/// `mesa-vulkan-drivers`).
+pub fn vulkan_device(index: usize) -> Result<Device> {
+    static DEVICES: OnceLock<std::sync::Mutex<Vec<(usize, Device)>>> = OnceLock::new();
+    let devices = DEVICES.get_or_init(Default::default);
+    let mut devices = devices
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, device)) = devices.iter().find(|(i, _)| *i == index) {
+        return Ok(device.clone());
+    }
+    let kind = match index {
+        0 => DeviceKind::DefaultDevice,
+        n => DeviceKind::DiscreteGpu(n),
+    };
+    let device = Device::wgpu_options()
+        .graphics_api(WgpuBackend::Vulkan)
+        .device_kind(kind)
+        .init()
+        .map_err(|e| {
+            BackendError::InvalidInput(format!(
+                "no Vulkan adapter for vulkan:{index} ({e}); on a machine without a GPU, \
+                 install Mesa's lavapipe (Debian `mesa-vulkan-drivers`)"
+            ))
+        })?;
+    devices.push((index, device.clone()));
+    Ok(device)
+}
+
+/// The cubecl tensor under `tensor`, checked to be a contiguous f32 (or, for `ints`, i32) buffer.
+fn cube<const D: usize, K>(tensor: Tensor<D, K>, what: &str) -> Result<CubeTensor>
+where
+    K: burn::tensor::BasicOps + burn::tensor::BackendPrimitive<Cube, Primitive = CubeTensor>,
+{
+    let t = tensor.try_into_primitive::<Cube>().map_err(|e| {
+        BackendError::InvalidInput(format!(
+            "{what}: the GPU kernels run on a cubecl device (wgpu), not here: {e:?}"
+        ))
+    })?;
+    if !t.is_contiguous() {
+        return Err(BackendError::InvalidInput(format!(
+            "{what}: the GPU kernels read contiguous row-major tensors"
+        )));
+    }
+    Ok(t)
+}
+
+fn float<const D: usize>(tensor: Tensor<D>, what: &str) -> Result<CubeTensor> {
+    if tensor.dtype() != DType::F32 {
+        return Err(BackendError::InvalidInput(format!(
+            "{what}: the GPU kernels are f32, got {:?}",
+            tensor.dtype()
+        )));
+    }
+    cube(tensor, what)
+}
+
+fn back<const D: usize>(t: CubeTensor) -> Tensor<D> {
+    Tensor::from_primitive::<Cube>(t)
+}
+
+/// An i32 vector on `device`.
+fn ints(values: &[i32], device: &Device) -> Result<CubeTensor> {
+    let t = Tensor::<1, Int>::from_data(
+        TensorData::new(values.to_vec(), [values.len()]),
+        (device, DType::I32),
+    );
+    cube(t, "indices")
+}
+
+/// A zero f32 matrix on `device`, for a kernel to write.
+fn zeros(dims: [usize; 2], device: &Device) -> Result<CubeTensor> {
+    float(Tensor::<2>::zeros(dims, device), "output")
+}
+
+fn same_dims<const D: usize>(a: &Tensor<D>, b: &Tensor<D>, what: &str) -> Result<()> {
+    if a.dims() != b.dims() {
+        return Err(BackendError::InvalidInput(format!(
+            "{what}: shapes {:?} and {:?} differ",
+            a.dims(),
+            b.dims()
+        )));
+    }
+    Ok(())
+}
+
+fn elementwise(n: usize) -> Result<(CubeCount, CubeDim)> {
+    let cubes = u32::try_from(n.div_ceil(ELEMENT_UNITS as usize))
+        .map_err(|_| BackendError::InvalidInput(format!("{n} elements are too many")))?;
+    Ok((
+        CubeCount::Static(cubes.max(1), 1, 1),
+        CubeDim::new_1d(ELEMENT_UNITS),
+    ))
+}
+
+fn rows(n: usize) -> Result<(CubeCount, CubeDim)> {
+    let cubes = u32::try_from(n)
+        .map_err(|_| BackendError::InvalidInput(format!("{n} rows are too many")))?;
+    Ok((
+        CubeCount::Static(cubes.max(1), 1, 1),
+        CubeDim::new_1d(ROW_UNITS as u32),
+    ))
+}
+
+/// `silu(gate) · up`, element by element (SwiGLU's activation).
+///
+/// # Errors
+/// Tensors not on a cubecl device, not f32, or of different shapes.
+pub fn silu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Result<Tensor<D>> {
+    same_dims(&gate, &up, "silu_mul")?;
+    let out = gate.zeros_like();
+    let n = out.dims().iter().product();
+    let (gate, up, out) = (
+        float(gate, "silu_mul gate")?,
+        float(up, "silu_mul up")?,
+        float(out, "silu_mul output")?,
+    );
+    let (count, dim) = elementwise(n)?;
+    kernels::silu_mul::launch(
+        &out.client.clone(),
+        count,
+        dim,
+        gate.into_tensor_arg(),
+        up.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+    );
+    Ok(back(out))
+}
+
+/// RMSNorm of each row of `x` (`[rows, d]`) with weight `weight` (`[d]`).
+///
+/// # Errors
+/// Tensors not on a cubecl device, not f32, or of mismatched widths.
+pub fn rms_norm(x: Tensor<2>, weight: Tensor<1>, eps: f32) -> Result<Tensor<2>> {
+    let [n, d] = x.dims();
+    if weight.dims() != [d] {
+        return Err(BackendError::InvalidInput(format!(
+            "rms_norm: rows of {d} but a weight of {:?}",
+            weight.dims()
+        )));
+    }
+    let device = x.device();
+    let (x, weight) = (float(x, "rms_norm x")?, float(weight, "rms_norm weight")?);
+    let out = zeros([n, d], &device)?;
+    let (count, dim) = rows(n)?;
+    kernels::rms_norm_rows::launch(
+        &out.client.clone(),
+        count,
+        dim,
+        x.into_tensor_arg(),
+        weight.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        eps,
+        ROW_UNITS,
+    );
+    Ok(back(out))
+}
+
+/// The residual add and the next RMSNorm in one pass: returns `(x + residual,
+/// rmsnorm(x + residual) · weight)`.
+///
+/// # Errors
+/// As [`rms_norm`], or `x` and `residual` of different shapes.
+pub fn rms_norm_residual(
+    x: Tensor<2>,
+    residual: Tensor<2>,
+    weight: Tensor<1>,
+    eps: f32,
+) -> Result<(Tensor<2>, Tensor<2>)> {
+    same_dims(&x, &residual, "rms_norm_residual")?;
+    let [n, d] = x.dims();
+    if weight.dims() != [d] {
+        return Err(BackendError::InvalidInput(format!(
+            "rms_norm_residual: rows of {d} but a weight of {:?}",
+            weight.dims()
+        )));
+    }
+    let device = x.device();
+    let (x, residual, weight) = (
+        float(x, "rms_norm_residual x")?,
+        float(residual, "rms_norm_residual residual")?,
+        float(weight, "rms_norm_residual weight")?,
+    );
+    let summed = zeros([n, d], &device)?;
+    let out = zeros([n, d], &device)?;
+    let (count, dim) = rows(n)?;
+    kernels::add_rms_norm_rows::launch(
+        &out.client.clone(),
+        count,
+        dim,
+        x.into_tensor_arg(),
+        residual.into_tensor_arg(),
+        weight.into_tensor_arg(),
+        summed.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        eps,
+        ROW_UNITS,
+    );
+    Ok((back(summed), back(out)))
+}
+
+/// Rotary embedding of `x` (`[rows · heads, head_dim]`, row `r`'s heads at `positions[r]`)
+/// with the `[max_position, head_dim / 2]` tables `cos` and `sin`.
+///
+/// # Errors
+/// Tensors not on a cubecl device or not f32, an odd `head_dim`, shapes that disagree, or a
+/// position beyond the tables.
+pub fn rope(
+    x: Tensor<2>,
+    heads: usize,
+    positions: &[usize],
+    cos: Tensor<2>,
+    sin: Tensor<2>,
+) -> Result<Tensor<2>> {
+    let [n, head_dim] = x.dims();
+    let [table, half] = cos.dims();
+    if head_dim % 2 != 0
+        || half * 2 != head_dim
+        || sin.dims() != cos.dims()
+        || n != positions.len() * heads
+    {
+        return Err(BackendError::InvalidInput(format!(
+            "rope: x {:?} with {heads} heads per row, {} positions, tables {:?} / {:?}",
+            x.dims(),
+            positions.len(),
+            cos.dims(),
+            sin.dims()
+        )));
+    }
+    let positions: Vec<i32> = positions
+        .iter()
+        .map(|&p| {
+            i32::try_from(p)
+                .ok()
+                .filter(|&p| (p as usize) < table)
+                .ok_or_else(|| {
+                    BackendError::InvalidInput(format!(
+                        "rope: position {p} beyond the {table} positions of the tables"
+                    ))
+                })
+        })
+        .collect::<Result<_>>()?;
+    let device = x.device();
+    let positions = ints(&positions, &device)?;
+    let (x, cos, sin) = (
+        float(x, "rope x")?,
+        float(cos, "rope cos")?,
+        float(sin, "rope sin")?,
+    );
+    let out = zeros([n, head_dim], &device)?;
+    let (count, dim) = elementwise(n * half)?;
+    kernels::rope_rows::launch(
+        &out.client.clone(),
+        count,
+        dim,
+        x.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        positions.into_tensor_arg(),
+        cos.into_tensor_arg(),
+        sin.into_tensor_arg(),
+        heads,
+        head_dim,
+    );
+    Ok(back(out))
+}
+
+/// Per row of `logits` (`[rows, vocab]`): the log-prob of `targets[row]` and the entropy of
+/// the row's distribution, without writing a softmax.
+///
+/// # Errors
+/// Tensors not on a cubecl device or not f32, one target per row not given, or a target
+/// outside the vocabulary.
+pub fn logprob_entropy(logits: Tensor<2>, targets: &[u32]) -> Result<(Tensor<1>, Tensor<1>)> {
+    let [n, vocab] = logits.dims();
+    if targets.len() != n {
+        return Err(BackendError::InvalidInput(format!(
+            "logprob_entropy: {n} rows but {} targets",
+            targets.len()
+        )));
+    }
+    let targets: Vec<i32> = targets
+        .iter()
+        .map(|&t| {
+            i32::try_from(t)
+                .ok()
+                .filter(|&t| (t as usize) < vocab)
+                .ok_or(BackendError::TokenOutOfVocab { id: t, vocab })
+        })
+        .collect::<Result<_>>()?;
+    let device = logits.device();
+    let targets = ints(&targets, &device)?;
+    let logits = float(logits, "logprob_entropy logits")?;
+    let logprobs = float(Tensor::<1>::zeros([n], &device), "log-probs")?;
+    let entropies = float(Tensor::<1>::zeros([n], &device), "entropies")?;
+    let (count, dim) = rows(n)?;
+    kernels::logprob_entropy_rows::launch(
+        &logits.client.clone(),
+        count,
+        dim,
+        logits.into_tensor_arg(),
+        targets.into_tensor_arg(),
+        logprobs.clone().into_tensor_arg(),
+        entropies.clone().into_tensor_arg(),
+        vocab,
+        ROW_UNITS,
+    );
+    Ok((back(logprobs), back(entropies)))
+}
+
+/// Whether `tensor` lives on a cubecl device (where these kernels run).
+pub(crate) fn on_cube_device<const D: usize>(tensor: &Tensor<D>) -> bool {
+    tensor.clone().try_into_primitive::<Cube>().is_ok()
+}
+
+/// One fused AdamW update of a parameter with the CPU optimiser's constants `c` (see
+/// [`kernels::adamw_update`]): returns the new parameter and moments.
+///
+/// # Errors
+/// Tensors not on a cubecl device, not f32, or of different shapes.
+pub(crate) fn adamw_apply<const D: usize>(
+    params: Tensor<D>,
+    grads: Tensor<D>,
+    m: Tensor<D>,
+    v: Tensor<D>,
+    c: &Constants,
+) -> Result<(Tensor<D>, Tensor<D>, Tensor<D>)> {
+    for (other, what) in [(&grads, "grads"), (&m, "m"), (&v, "v")] {
+        same_dims(&params, other, &format!("adamw {what}"))?;
+    }
+    let n = params.dims().iter().product();
+    let device = params.device();
+    let constants = float(
+        Tensor::<1>::from_data(TensorData::new(c.as_array().to_vec(), [10]), &device),
+        "adamw constants",
+    )?;
+    let (p_out, m_out, v_out) = (
+        params.zeros_like(),
+        params.zeros_like(),
+        params.zeros_like(),
+    );
+    let (p_out, m_out, v_out) = (
+        float(p_out, "adamw output")?,
+        float(m_out, "adamw output")?,
+        float(v_out, "adamw output")?,
+    );
+    let (params, grads, m, v) = (
+        float(params, "adamw params")?,
+        float(grads, "adamw grads")?,
+        float(m, "adamw m")?,
+        float(v, "adamw v")?,
+    );
+    let (count, dim) = elementwise(n)?;
+    kernels::adamw_update::launch(
+        &params.client.clone(),
+        count,
+        dim,
+        params.into_tensor_arg(),
+        grads.into_tensor_arg(),
+        m.into_tensor_arg(),
+        v.into_tensor_arg(),
+        p_out.clone().into_tensor_arg(),
+        m_out.clone().into_tensor_arg(),
+        v_out.clone().into_tensor_arg(),
+        constants.into_tensor_arg(),
+        c.first,
+    );
+    Ok((back(p_out), back(m_out), back(v_out)))
+}

@@ -1,0 +1,235 @@
+//! Every kernel against a plain CPU reference (f64 where it sums), on the machine's Vulkan
+//! adapter — lavapipe in CI. A machine with no Vulkan adapter at all fails here, naming what to
+//! install: the GPU tests never skip silently.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use burn::tensor::{Device, Tensor, TensorData};
+
+fn device() -> Device {
+    vulkan_device(0).expect("a Vulkan adapter (lavapipe: apt-get install mesa-vulkan-drivers)")
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = roll_core::rng::SplitMix64::new(seed);
+    (0..n)
+        .map(|_| (rng.next_f64() * 4.0 - 2.0) as f32)
+        .collect()
+}
+
+fn matrix(v: &[f32], dims: [usize; 2], device: &Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(v.to_vec(), dims), device)
+}
+
+fn vector(v: &[f32], device: &Device) -> Tensor<1> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), device)
+}
+
+fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().into_vec::<f32>().expect("f32")
+}
+
+/// Max over elements of `|got − want| / max(1, |want|)`.
+fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).abs() / w.abs().max(1.0))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn silu_mul_matches_the_reference() {
+    let dev = device();
+    let (gate, up) = (values(3 * 700, 1), values(3 * 700, 2));
+    let got = read(silu_mul(matrix(&gate, [3, 700], &dev), matrix(&up, [3, 700], &dev)).unwrap());
+    let want: Vec<f64> = gate
+        .iter()
+        .zip(&up)
+        .map(|(&g, &u)| {
+            let g = f64::from(g);
+            g / (1.0 + (-g).exp()) * f64::from(u)
+        })
+        .collect();
+    assert!(rel_err(&got, &want) <= 1e-5, "{}", rel_err(&got, &want));
+}
+
+fn rms_reference(x: &[f32], w: &[f32], eps: f64) -> Vec<f64> {
+    let d = w.len();
+    x.chunks(d)
+        .flat_map(|row| {
+            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / d as f64;
+            let inv = 1.0 / (ms + eps).sqrt();
+            row.iter()
+                .zip(w)
+                .map(move |(&v, &w)| f64::from(v) * inv * f64::from(w))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn rms_norm_and_its_residual_form_match_the_reference() {
+    let dev = device();
+    // Widths below, at and above the cube's 128 units, not multiples of it.
+    for d in [5usize, 128, 333] {
+        let rows = 7;
+        let (x, r, w) = (
+            values(rows * d, d as u64),
+            values(rows * d, 99),
+            values(d, 7),
+        );
+        let got = read(
+            rms_norm(matrix(&x, [rows, d], &dev), vector(&w, &dev), 1e-6).unwrap(),
+        );
+        let want = rms_reference(&x, &w, 1e-6);
+        assert!(rel_err(&got, &want) <= 1e-5, "d {d}: {}", rel_err(&got, &want));
+
+        let (summed, normed) = rms_norm_residual(
+            matrix(&x, [rows, d], &dev),
+            matrix(&r, [rows, d], &dev),
+            vector(&w, &dev),
+            1e-6,
+        )
+        .unwrap();
+        let sum: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
+        assert_eq!(read(summed), sum, "d {d}: the residual sum is exact");
+        let want = rms_reference(&sum, &w, 1e-6);
+        let got = read(normed);
+        assert!(rel_err(&got, &want) <= 1e-5, "d {d}: {}", rel_err(&got, &want));
+    }
+}
+
+#[test]
+fn rope_matches_the_reference_at_every_position() {
+    let dev = device();
+    let (heads, head_dim, table) = (3usize, 16usize, 40usize);
+    let half = head_dim / 2;
+    let angle = |p: usize, j: usize| p as f64 * 1e4f64.powf(-2.0 * j as f64 / head_dim as f64);
+    let cos: Vec<f32> = (0..table * half)
+        .map(|i| angle(i / half, i % half).cos() as f32)
+        .collect();
+    let sin: Vec<f32> = (0..table * half)
+        .map(|i| angle(i / half, i % half).sin() as f32)
+        .collect();
+    let positions = [0usize, 5, 39, 17];
+    let n = positions.len() * heads;
+    let x = values(n * head_dim, 3);
+    let got = read(
+        rope(
+            matrix(&x, [n, head_dim], &dev),
+            heads,
+            &positions,
+            matrix(&cos, [table, half], &dev),
+            matrix(&sin, [table, half], &dev),
+        )
+        .unwrap(),
+    );
+    let mut want = vec![0.0f64; x.len()];
+    for (pair, chunk) in x.chunks(head_dim).enumerate() {
+        let p = positions[pair / heads];
+        for j in 0..half {
+            let (c, s) = (f64::from(cos[p * half + j]), f64::from(sin[p * half + j]));
+            let (a, b) = (f64::from(chunk[j]), f64::from(chunk[j + half]));
+            want[pair * head_dim + j] = a * c - b * s;
+            want[pair * head_dim + j + half] = b * c + a * s;
+        }
+    }
+    assert!(rel_err(&got, &want) <= 1e-5, "{}", rel_err(&got, &want));
+    // A position past the tables is an error, not a read out of bounds.
+    let err = rope(
+        matrix(&x[..heads * head_dim], [heads, head_dim], &dev),
+        heads,
+        &[table],
+        matrix(&cos, [table, half], &dev),
+        matrix(&sin, [table, half], &dev),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("beyond"), "{err}");
+}
+
+#[test]
+fn logprob_and_entropy_match_the_reference() {
+    let dev = device();
+    for vocab in [7usize, 1000] {
+        let rows = 5;
+        // Large logits: the kernel must subtract the row maximum.
+        let logits: Vec<f32> = values(rows * vocab, vocab as u64)
+            .iter()
+            .map(|v| v * 20.0)
+            .collect();
+        let targets: Vec<u32> = (0..rows as u32).map(|r| (r * 37) % vocab as u32).collect();
+        let (lp, h) =
+            logprob_entropy(matrix(&logits, [rows, vocab], &dev), &targets).unwrap();
+        let (mut want_lp, mut want_h) = (Vec::new(), Vec::new());
+        for (row, t) in logits.chunks(vocab).zip(&targets) {
+            let m = row.iter().map(|&v| f64::from(v)).fold(f64::MIN, f64::max);
+            let lse = m + row.iter().map(|&v| (f64::from(v) - m).exp()).sum::<f64>().ln();
+            want_lp.push(f64::from(row[*t as usize]) - lse);
+            want_h.push(
+                -row.iter()
+                    .map(|&v| {
+                        let lp = f64::from(v) - lse;
+                        lp.exp() * lp
+                    })
+                    .sum::<f64>(),
+            );
+        }
+        let (lp, h) = (read(lp), read(h));
+        assert!(rel_err(&lp, &want_lp) <= 1e-5, "vocab {vocab}: {}", rel_err(&lp, &want_lp));
+        assert!(rel_err(&h, &want_h) <= 1e-5, "vocab {vocab}: {}", rel_err(&h, &want_h));
+    }
+    let err = logprob_entropy(matrix(&[0.0; 6], [2, 3], &dev), &[0, 3]).unwrap_err();
+    assert!(err.to_string().contains('3'), "{err}");
+}
+
+/// The device kernel against the CPU optimiser itself, through Burn's `Optimizer` interface:
+/// several steps (the first one special), weight decay, a clip factor, a 2-D parameter.
+#[test]
+fn adamw_on_the_device_is_the_cpu_optimisers_update() {
+    use crate::train::TrainerConfig;
+    use crate::train::adamw::{FusedAdamW, GradScale};
+    use burn::optim::Optimizer;
+    let dev = device();
+    let cpu = Device::flex();
+    let config = TrainerConfig {
+        weight_decay: 0.1,
+        ..TrainerConfig::default()
+    };
+    let scale = GradScale::new();
+    scale.set(0.37);
+    let optimizer = FusedAdamW::new(&config, scale);
+    let dims = [30, 50];
+    let start = values(1500, 11);
+    let (mut on_gpu, mut on_cpu) = (matrix(&start, dims, &dev), matrix(&start, dims, &cpu));
+    let (mut gpu_state, mut cpu_state) = (None, None);
+    for step in 1..=4u64 {
+        let g = values(1500, 100 + step);
+        (on_gpu, gpu_state) = optimizer.step(1e-2, on_gpu, matrix(&g, dims, &dev), gpu_state);
+        (on_cpu, cpu_state) = optimizer.step(1e-2, on_cpu, matrix(&g, dims, &cpu), cpu_state);
+        let want: Vec<f64> = read(on_cpu.clone()).iter().map(|&x| f64::from(x)).collect();
+        let got = read(on_gpu.clone());
+        assert!(rel_err(&got, &want) <= 1e-5, "step {step}: {}", rel_err(&got, &want));
+        let (gs, cs) = (gpu_state.as_ref().unwrap(), cpu_state.as_ref().unwrap());
+        assert_eq!(gs.momentum.time, cs.momentum.time);
+        let want: Vec<f64> = read(cs.momentum.moment_2.clone())
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        let got = read(gs.momentum.moment_2.clone());
+        assert!(rel_err(&got, &want) <= 1e-5, "step {step}: {}", rel_err(&got, &want));
+    }
+    assert!(on_cube_device(&on_gpu) && !on_cube_device(&on_cpu));
+}
+
+#[test]
+fn tensors_off_the_gpu_are_refused_with_a_clear_error() {
+    let cpu = Device::flex();
+    let err = silu_mul(
+        Tensor::<1>::zeros([4], &cpu),
+        Tensor::<1>::zeros([4], &cpu),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cubecl device"), "{err}");
+}
