@@ -16,40 +16,31 @@ pub fn silu_mul(gate: &Tensor<f32>, up: &Tensor<f32>, out: &mut Tensor<f32>) {
     }
 }
 
-/// Sums `partial` over the cube's `units` units through `shared`; every unit gets the total.
+/// Sums `partial` over the cube's `units` units through shared memory of its own; every unit
+/// gets the total.
 #[cube]
-fn cube_sum(partial: f32, shared: &mut SharedMemory<f32>, #[comptime] units: usize) -> f32 {
-    let unit = UNIT_POS as usize;
-    shared[unit] = partial;
+fn cube_sum(partial: f32, #[comptime] units: usize) -> f32 {
+    let mut shared = Shared::<[f32]>::new_slice(units);
+    shared[UNIT_POS as usize] = partial;
     sync_cube();
-    let mut stride = units / 2;
-    while stride > 0 {
-        if unit < stride {
-            shared[unit] = shared[unit] + shared[unit + stride];
-        }
-        sync_cube();
-        stride /= 2;
+    let mut total = 0.0f32;
+    for k in 0..units {
+        total += shared[k];
     }
-    let total = shared[0];
     sync_cube();
     total
 }
 
 /// The maximum of `partial` over the cube's units (as [`cube_sum`]).
 #[cube]
-fn cube_max(partial: f32, shared: &mut SharedMemory<f32>, #[comptime] units: usize) -> f32 {
-    let unit = UNIT_POS as usize;
-    shared[unit] = partial;
+fn cube_max(partial: f32, #[comptime] units: usize) -> f32 {
+    let mut shared = Shared::<[f32]>::new_slice(units);
+    shared[UNIT_POS as usize] = partial;
     sync_cube();
-    let mut stride = units / 2;
-    while stride > 0 {
-        if unit < stride {
-            shared[unit] = f32::max(shared[unit], shared[unit + stride]);
-        }
-        sync_cube();
-        stride /= 2;
+    let mut total = shared[0];
+    for k in 1..units {
+        total = f32::max(total, shared[k]);
     }
-    let total = shared[0];
     sync_cube();
     total
 }
@@ -66,7 +57,6 @@ pub fn rms_norm_rows(
     let d = weight.len();
     let base = CUBE_POS * d;
     let unit = UNIT_POS as usize;
-    let mut shared = SharedMemory::<f32>::new(units);
     let mut partial = 0.0f32;
     let mut i = unit;
     while i < d {
@@ -74,7 +64,7 @@ pub fn rms_norm_rows(
         partial += v * v;
         i += units;
     }
-    let sum = cube_sum(partial, &mut shared, units);
+    let sum = cube_sum(partial, units);
     let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
     let mut j = unit;
     while j < d {
@@ -98,7 +88,6 @@ pub fn add_rms_norm_rows(
     let d = weight.len();
     let base = CUBE_POS * d;
     let unit = UNIT_POS as usize;
-    let mut shared = SharedMemory::<f32>::new(units);
     let mut partial = 0.0f32;
     let mut i = unit;
     while i < d {
@@ -107,7 +96,7 @@ pub fn add_rms_norm_rows(
         partial += v * v;
         i += units;
     }
-    let sum = cube_sum(partial, &mut shared, units);
+    let sum = cube_sum(partial, units);
     let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
     let mut j = unit;
     while j < d {
@@ -161,14 +150,13 @@ pub fn logprob_entropy_rows(
     let row = CUBE_POS;
     let base = row * vocab;
     let unit = UNIT_POS as usize;
-    let mut shared = SharedMemory::<f32>::new(units);
     let mut partial = f32::new(-3.0e38);
     let mut i = unit;
     while i < vocab {
         partial = f32::max(partial, logits[base + i]);
         i += units;
     }
-    let m = cube_max(partial, &mut shared, units);
+    let m = cube_max(partial, units);
     let mut s = 0.0f32;
     let mut t = 0.0f32;
     let mut j = unit;
@@ -179,8 +167,8 @@ pub fn logprob_entropy_rows(
         t += e * z;
         j += units;
     }
-    let s = cube_sum(s, &mut shared, units);
-    let t = cube_sum(t, &mut shared, units);
+    let s = cube_sum(s, units);
+    let t = cube_sum(t, units);
     if unit == 0 {
         let ln_s = f32::ln(s);
         let target = targets[row] as usize;

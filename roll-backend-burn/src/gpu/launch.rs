@@ -52,7 +52,7 @@ pub fn vulkan_device(index: usize) -> Result<Device> {
 /// The cubecl tensor under `tensor`, checked to be a contiguous f32 (or, for `ints`, i32) buffer.
 fn cube<const D: usize, K>(tensor: Tensor<D, K>, what: &str) -> Result<CubeTensor>
 where
-    K: burn::tensor::BasicOps + burn::tensor::BackendPrimitive<Cube, Primitive = CubeTensor>,
+    K: burn::tensor::kind::Basic + burn::tensor::BackendPrimitive<Cube, Primitive = CubeTensor>,
 {
     let t = tensor.try_into_primitive::<Cube>().map_err(|e| {
         BackendError::InvalidInput(format!(
@@ -306,7 +306,7 @@ pub fn logprob_entropy(logits: Tensor<2>, targets: &[u32]) -> Result<(Tensor<1>,
             i32::try_from(t)
                 .ok()
                 .filter(|&t| (t as usize) < vocab)
-                .ok_or(BackendError::TokenOutOfVocab { id: t, vocab })
+                .ok_or(BackendError::TokenOutOfVocab { id: t, vocab_size: vocab })
         })
         .collect::<Result<_>>()?;
     let device = logits.device();

@@ -27,7 +27,7 @@ fn vector(v: &[f32], device: &Device) -> Tensor<1> {
 }
 
 fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().into_vec::<f32>().expect("f32")
+    t.into_data().try_into_vec::<f32>().expect("f32")
 }
 
 /// Max over elements of `|got − want| / max(1, |want|)`.
@@ -81,9 +81,9 @@ fn rms_norm_and_its_residual_form_match_the_reference() {
             values(d, 7),
         );
         let got = read(
-            rms_norm(matrix(&x, [rows, d], &dev), vector(&w, &dev), 1e-6).unwrap(),
+            rms_norm(matrix(&x, [rows, d], &dev), vector(&w, &dev), 1e-3).unwrap(),
         );
-        let want = rms_reference(&x, &w, 1e-6);
+        let want = rms_reference(&x, &w, 1e-3);
         assert!(rel_err(&got, &want) <= 1e-5, "d {d}: {}", rel_err(&got, &want));
 
         let (summed, normed) = rms_norm_residual(
