@@ -1,7 +1,7 @@
 //! The GPU path end to end on the machine's Vulkan adapter (lavapipe in CI; `.ci/gpu`): a
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
 //! leaves the parameters where the same step on the CPU does, and the engine generates the CPU
-//! decoder's greedy tokens on the device.
+//! decoder's greedy tokens on the device, on both fixtures.
 #![cfg(feature = "wgpu")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,7 +33,15 @@ fn batch() -> TrainBatch {
                 old_logprobs: vec![-2.0; r],
                 rollout_logprobs: vec![-2.0; r],
                 ref_logprobs: None,
-                advantages: (0..r).map(|t| if (t + i as usize) % 2 == 0 { 1.0 } else { -0.5 }).collect(),
+                advantages: (0..r)
+                    .map(|t| {
+                        if (t + i as usize).is_multiple_of(2) {
+                            1.0
+                        } else {
+                            -0.5
+                        }
+                    })
+                    .collect(),
                 returns: None,
                 old_values: None,
                 weight: 1.0,
@@ -72,7 +80,10 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
     for (c, g) in cpu_reports.iter().zip(&gpu_reports) {
         let (c, g) = (c.grad_norm, g.grad_norm);
         assert!(c > 0.01, "the clip must act: norm {c}");
-        assert!((c - g).abs() <= 1e-4 * c, "grad norm {g} on the GPU, {c} on the CPU");
+        assert!(
+            (c - g).abs() <= 1e-4 * c,
+            "grad norm {g} on the GPU, {c} on the CPU"
+        );
     }
     assert_eq!(
         on_cpu.keys().collect::<Vec<_>>(),
@@ -100,24 +111,26 @@ fn the_engine_generates_the_cpu_decoders_greedy_tokens_on_the_gpu() {
         max_new_tokens: 12,
         ..SamplingParams::default()
     };
-    let generate = |kind: DecoderKind, device: &Device| {
-        let model = load_model(support::fixture("tiny-qwen2-sft"), device).unwrap();
-        let engine =
-            Engine::with_decoder(kind, &model, device, EngineConfig::default(), None).unwrap();
-        engine
-            .submit(GenerationRequest::new(prompt.clone(), params.clone()))
-            .unwrap()
-            .wait()
-            .unwrap()
-    };
-    let cpu = generate(DecoderKind::Cpu, &Device::flex());
-    let gpu = generate(DecoderKind::Burn, &gpu());
-    assert_eq!(gpu.token_ids, cpu.token_ids);
-    let gap = cpu
-        .logprobs
-        .iter()
-        .zip(&gpu.logprobs)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    assert!(gap <= 1e-4, "log-prob gap {gap}");
+    for fixture in ["tiny-qwen2", "tiny-qwen2-sft"] {
+        let generate = |kind: DecoderKind, device: &Device| {
+            let model = load_model(support::fixture(fixture), device).unwrap();
+            let engine =
+                Engine::with_decoder(kind, &model, device, EngineConfig::default(), None).unwrap();
+            engine
+                .submit(GenerationRequest::new(prompt.clone(), params.clone()))
+                .unwrap()
+                .wait()
+                .unwrap()
+        };
+        let cpu = generate(DecoderKind::Cpu, &Device::flex());
+        let gpu = generate(DecoderKind::Burn, &gpu());
+        assert_eq!(gpu.token_ids, cpu.token_ids, "{fixture}");
+        let gap = cpu
+            .logprobs
+            .iter()
+            .zip(&gpu.logprobs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(gap <= 1e-4, "{fixture}: log-prob gap {gap}");
+    }
 }

@@ -306,7 +306,10 @@ pub fn logprob_entropy(logits: Tensor<2>, targets: &[u32]) -> Result<(Tensor<1>,
             i32::try_from(t)
                 .ok()
                 .filter(|&t| (t as usize) < vocab)
-                .ok_or(BackendError::TokenOutOfVocab { id: t, vocab_size: vocab })
+                .ok_or(BackendError::TokenOutOfVocab {
+                    id: t,
+                    vocab_size: vocab,
+                })
         })
         .collect::<Result<_>>()?;
     let device = logits.device();

@@ -80,11 +80,13 @@ fn rms_norm_and_its_residual_form_match_the_reference() {
             values(rows * d, 99),
             values(d, 7),
         );
-        let got = read(
-            rms_norm(matrix(&x, [rows, d], &dev), vector(&w, &dev), 1e-3).unwrap(),
-        );
+        let got = read(rms_norm(matrix(&x, [rows, d], &dev), vector(&w, &dev), 1e-3).unwrap());
         let want = rms_reference(&x, &w, 1e-3);
-        assert!(rel_err(&got, &want) <= 1e-5, "d {d}: {}", rel_err(&got, &want));
+        assert!(
+            rel_err(&got, &want) <= 1e-5,
+            "d {d}: {}",
+            rel_err(&got, &want)
+        );
 
         let (summed, normed) = rms_norm_residual(
             matrix(&x, [rows, d], &dev),
@@ -97,7 +99,11 @@ fn rms_norm_and_its_residual_form_match_the_reference() {
         assert_eq!(read(summed), sum, "d {d}: the residual sum is exact");
         let want = rms_reference(&sum, &w, 1e-6);
         let got = read(normed);
-        assert!(rel_err(&got, &want) <= 1e-5, "d {d}: {}", rel_err(&got, &want));
+        assert!(
+            rel_err(&got, &want) <= 1e-5,
+            "d {d}: {}",
+            rel_err(&got, &want)
+        );
     }
 }
 
@@ -160,12 +166,15 @@ fn logprob_and_entropy_match_the_reference() {
             .map(|v| v * 20.0)
             .collect();
         let targets: Vec<u32> = (0..rows as u32).map(|r| (r * 37) % vocab as u32).collect();
-        let (lp, h) =
-            logprob_entropy(matrix(&logits, [rows, vocab], &dev), &targets).unwrap();
+        let (lp, h) = logprob_entropy(matrix(&logits, [rows, vocab], &dev), &targets).unwrap();
         let (mut want_lp, mut want_h) = (Vec::new(), Vec::new());
         for (row, t) in logits.chunks(vocab).zip(&targets) {
             let m = row.iter().map(|&v| f64::from(v)).fold(f64::MIN, f64::max);
-            let lse = m + row.iter().map(|&v| (f64::from(v) - m).exp()).sum::<f64>().ln();
+            let lse = m + row
+                .iter()
+                .map(|&v| (f64::from(v) - m).exp())
+                .sum::<f64>()
+                .ln();
             want_lp.push(f64::from(row[*t as usize]) - lse);
             want_h.push(
                 -row.iter()
@@ -177,8 +186,16 @@ fn logprob_and_entropy_match_the_reference() {
             );
         }
         let (lp, h) = (read(lp), read(h));
-        assert!(rel_err(&lp, &want_lp) <= 1e-5, "vocab {vocab}: {}", rel_err(&lp, &want_lp));
-        assert!(rel_err(&h, &want_h) <= 1e-5, "vocab {vocab}: {}", rel_err(&h, &want_h));
+        assert!(
+            rel_err(&lp, &want_lp) <= 1e-5,
+            "vocab {vocab}: {}",
+            rel_err(&lp, &want_lp)
+        );
+        assert!(
+            rel_err(&h, &want_h) <= 1e-5,
+            "vocab {vocab}: {}",
+            rel_err(&h, &want_h)
+        );
     }
     let err = logprob_entropy(matrix(&[0.0; 6], [2, 3], &dev), &[0, 3]).unwrap_err();
     assert!(err.to_string().contains('3'), "{err}");
@@ -210,7 +227,11 @@ fn adamw_on_the_device_is_the_cpu_optimisers_update() {
         (on_cpu, cpu_state) = optimizer.step(1e-2, on_cpu, matrix(&g, dims, &cpu), cpu_state);
         let want: Vec<f64> = read(on_cpu.clone()).iter().map(|&x| f64::from(x)).collect();
         let got = read(on_gpu.clone());
-        assert!(rel_err(&got, &want) <= 1e-5, "step {step}: {}", rel_err(&got, &want));
+        assert!(
+            rel_err(&got, &want) <= 1e-5,
+            "step {step}: {}",
+            rel_err(&got, &want)
+        );
         let (gs, cs) = (gpu_state.as_ref().unwrap(), cpu_state.as_ref().unwrap());
         assert_eq!(gs.momentum.time, cs.momentum.time);
         let want: Vec<f64> = read(cs.momentum.moment_2.clone())
@@ -218,7 +239,11 @@ fn adamw_on_the_device_is_the_cpu_optimisers_update() {
             .map(|&x| f64::from(x))
             .collect();
         let got = read(gs.momentum.moment_2.clone());
-        assert!(rel_err(&got, &want) <= 1e-5, "step {step}: {}", rel_err(&got, &want));
+        assert!(
+            rel_err(&got, &want) <= 1e-5,
+            "step {step}: {}",
+            rel_err(&got, &want)
+        );
     }
     assert!(on_cube_device(&on_gpu) && !on_cube_device(&on_cpu));
 }
@@ -226,10 +251,6 @@ fn adamw_on_the_device_is_the_cpu_optimisers_update() {
 #[test]
 fn tensors_off_the_gpu_are_refused_with_a_clear_error() {
     let cpu = Device::flex();
-    let err = silu_mul(
-        Tensor::<1>::zeros([4], &cpu),
-        Tensor::<1>::zeros([4], &cpu),
-    )
-    .unwrap_err();
+    let err = silu_mul(Tensor::<1>::zeros([4], &cpu), Tensor::<1>::zeros([4], &cpu)).unwrap_err();
     assert!(err.to_string().contains("cubecl device"), "{err}");
 }

@@ -200,7 +200,8 @@ impl Optimizer for FusedAdamW {
                 Some(s) => (s.momentum.moment_1, s.momentum.moment_2),
                 None => (tensor.zeros_like(), tensor.zeros_like()),
             };
-            #[allow(clippy::expect_used)] // four tensors of one shape on one device, by construction
+            #[allow(clippy::expect_used)]
+            // four tensors of one shape on one device, by construction
             let (p, m, v) = crate::gpu::adamw_apply(tensor, grad, m, v, &c)
                 .expect("the parameter, its gradient and moments share shape and device");
             let state = AdamWState {
