@@ -51,6 +51,32 @@ fn lake_run(out: &std::path::Path, max_steps: u64, save_every: u64, agentic: &st
         .expect("config")
 }
 
+/// A one-step agentic run of the fixture on plain prompts, one turn per episode, with `run` added
+/// to the `[run]` section and `agentic` (the environment included) to `[agentic]`.
+fn one_turn_run(out: &std::path::Path, run: &str, agentic: &str) -> Config {
+    ConfigLoader::new()
+        .toml_str(format!(
+            r#"
+            pipeline = "agentic"
+            [run]
+            max_steps = 1
+            output_dir = "{}"
+            {run}
+            [model]
+            prompt_format = "plain"
+            [model.source]
+            kind = "hf_dir"
+            path = "{FIXTURE}"
+            [agentic]
+            max_turns = 1
+            {agentic}
+            "#,
+            out.display()
+        ))
+        .load()
+        .expect("config")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
     let out = out_dir("agentic-run");
@@ -245,31 +271,18 @@ impl roll::core::Env for Hangs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_environment_costs_its_episode_and_the_watchdog_names_it() {
     let out = out_dir("agentic-hang");
-    let config = ConfigLoader::new()
-        .toml_str(format!(
-            r#"
-            pipeline = "agentic"
-            [run]
-            max_steps = 1
-            output_dir = "{}"
-            [model]
-            prompt_format = "plain"
-            [model.source]
-            kind = "hf_dir"
-            path = "{FIXTURE}"
-            [agentic]
-            env = {{ kind = "hangs" }}
-            num_groups = 2
-            group_size = 2
-            max_turns = 1
-            max_tokens_per_turn = 3
-            step_timeout = 1.0
-            hung_timeout = 0.2
-            "#,
-            out.display()
-        ))
-        .load()
-        .expect("config");
+    let config = one_turn_run(
+        &out,
+        "",
+        r#"
+        env = { kind = "hangs" }
+        num_groups = 2
+        group_size = 2
+        max_tokens_per_turn = 3
+        step_timeout = 1.0
+        hung_timeout = 0.2
+        "#,
+    );
     let hang_on = Arc::new(std::sync::Mutex::new(None));
     let incidents = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen = incidents.clone();
@@ -370,28 +383,14 @@ async fn held_out_episodes_can_be_sampled_at_a_temperature_beside_greedy() {
     let held_out: Vec<u64> = (0..8).map(|i| (1u64 << 62) + i).collect();
     let evaluate = |name: &str, temperature: f64| {
         let out = out_dir(name);
-        let config = ConfigLoader::new()
-            .toml_str(format!(
-                r#"
-                pipeline = "agentic"
-                [run]
-                max_steps = 1
-                output_dir = "{}"
-                eval_temperature = {temperature:?}
-                [model]
-                prompt_format = "plain"
-                [model.source]
-                kind = "hf_dir"
-                path = "{FIXTURE}"
-                [agentic]
-                env = {{ kind = "bytes" }}
-                max_turns = 1
-                max_tokens_per_turn = 4
-                "#,
-                out.display()
-            ))
-            .load()
-            .expect("config");
+        let config = one_turn_run(
+            &out,
+            &format!("eval_temperature = {temperature:?}"),
+            r#"
+            env = { kind = "bytes" }
+            max_tokens_per_turn = 4
+            "#,
+        );
         let held_out = held_out.clone();
         async move {
             let mut run = RunBuilder::new(config)

@@ -513,7 +513,7 @@ impl Run {
         };
         let tokenizer = self.tokenizer.clone();
         let greedy = play_held_out(eval, policy.clone(), tokenizer.clone(), &greedy).await?;
-        let (mut measured, greedy_accuracy) = match &self.plan.run.eval_sampling {
+        let (measured, greedy_accuracy) = match &self.plan.run.eval_sampling {
             Some(sampling) => {
                 let sampled = play_held_out(eval, policy, tokenizer, sampling).await?;
                 (sampled, Some(greedy.accuracy))
@@ -525,10 +525,9 @@ impl Run {
             reward_mean,
             failed,
             time,
-            ..
+            by_domain,
+            mut line,
         } = measured;
-        let by_domain = std::mem::take(&mut measured.by_domain);
-        let mut line = std::mem::take(&mut measured.line);
         bar.finish_and_clear();
         let point = EvalPoint {
             label: label.to_owned(),

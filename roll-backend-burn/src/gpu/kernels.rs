@@ -45,6 +45,14 @@ fn cube_max(partial: f32, #[comptime] units: usize) -> f32 {
     total
 }
 
+/// `1 / sqrt(mean(x²) + eps)` of a row of `d` values whose squares the cube's units summed
+/// into their `partial`s.
+#[cube]
+fn inverse_rms(partial: f32, d: usize, eps: f32, #[comptime] units: usize) -> f32 {
+    let sum = cube_sum(partial, units);
+    1.0 / f32::sqrt(sum / (d as f32) + eps)
+}
+
 /// RMSNorm of each row of `x` (`[rows, d]`, one cube per row): `out = x / sqrt(mean(x²) + eps) · w`.
 #[cube(launch)]
 pub fn rms_norm_rows(
@@ -64,8 +72,7 @@ pub fn rms_norm_rows(
         partial += v * v;
         i += units;
     }
-    let sum = cube_sum(partial, units);
-    let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
+    let inv = inverse_rms(partial, d, eps, units);
     let mut j = unit;
     while j < d {
         out[base + j] = x[base + j] * inv * weight[j];
@@ -96,8 +103,7 @@ pub fn add_rms_norm_rows(
         partial += v * v;
         i += units;
     }
-    let sum = cube_sum(partial, units);
-    let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
+    let inv = inverse_rms(partial, d, eps, units);
     let mut j = unit;
     while j < d {
         out[base + j] = summed[base + j] * inv * weight[j];
