@@ -45,51 +45,20 @@ fn cube_max(partial: f32, #[comptime] units: usize) -> f32 {
     total
 }
 
-/// `1 / sqrt(mean(x²) + eps)` of a row of `d` values whose squares the cube's units summed
-/// into their `partial`s.
-#[cube]
-fn inverse_rms(partial: f32, d: usize, eps: f32, #[comptime] units: usize) -> f32 {
-    let sum = cube_sum(partial, units);
-    1.0 / f32::sqrt(sum / (d as f32) + eps)
-}
-
-/// RMSNorm of each row of `x` (`[rows, d]`, one cube per row): `out = x / sqrt(mean(x²) + eps) · w`.
+/// RMSNorm of each row of `x` (`[rows, d]`, one cube per row): `out = h / sqrt(mean(h²) + eps) · w`
+/// with `h = x`, or, with `add_residual`, the residual stream's add in the same pass:
+/// `h = x + residual`, written to `summed` as well. Without it `residual` and `summed` are not
+/// touched (the launcher passes placeholders).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub fn rms_norm_rows(
-    x: &Tensor<f32>,
-    weight: &Tensor<f32>,
-    out: &mut Tensor<f32>,
-    eps: f32,
-    #[comptime] units: usize,
-) {
-    let d = weight.len();
-    let base = CUBE_POS * d;
-    let unit = UNIT_POS as usize;
-    let mut partial = 0.0f32;
-    let mut i = unit;
-    while i < d {
-        let v = x[base + i];
-        partial += v * v;
-        i += units;
-    }
-    let inv = inverse_rms(partial, d, eps, units);
-    let mut j = unit;
-    while j < d {
-        out[base + j] = x[base + j] * inv * weight[j];
-        j += units;
-    }
-}
-
-/// The residual stream's add and the next RMSNorm in one pass: `summed = x + residual`,
-/// `out = rmsnorm(summed) · w`, per row (one cube per row).
-#[cube(launch)]
-pub fn add_rms_norm_rows(
     x: &Tensor<f32>,
     residual: &Tensor<f32>,
     weight: &Tensor<f32>,
     summed: &mut Tensor<f32>,
     out: &mut Tensor<f32>,
     eps: f32,
+    #[comptime] add_residual: bool,
     #[comptime] units: usize,
 ) {
     let d = weight.len();
@@ -98,15 +67,23 @@ pub fn add_rms_norm_rows(
     let mut partial = 0.0f32;
     let mut i = unit;
     while i < d {
-        let v = x[base + i] + residual[base + i];
-        summed[base + i] = v;
+        let mut v = x[base + i];
+        if add_residual {
+            v += residual[base + i];
+            summed[base + i] = v;
+        }
         partial += v * v;
         i += units;
     }
-    let inv = inverse_rms(partial, d, eps, units);
+    let sum = cube_sum(partial, units);
+    let inv = 1.0 / f32::sqrt(sum / (d as f32) + eps);
     let mut j = unit;
     while j < d {
-        out[base + j] = summed[base + j] * inv * weight[j];
+        let mut v = x[base + j];
+        if add_residual {
+            v = summed[base + j];
+        }
+        out[base + j] = v * inv * weight[j];
         j += units;
     }
 }

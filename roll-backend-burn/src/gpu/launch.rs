@@ -154,28 +154,7 @@ pub fn silu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Result<Tensor
 /// # Errors
 /// Tensors not on a cubecl device, not f32, or of mismatched widths.
 pub fn rms_norm(x: Tensor<2>, weight: Tensor<1>, eps: f32) -> Result<Tensor<2>> {
-    let [n, d] = x.dims();
-    if weight.dims() != [d] {
-        return Err(BackendError::InvalidInput(format!(
-            "rms_norm: rows of {d} but a weight of {:?}",
-            weight.dims()
-        )));
-    }
-    let device = x.device();
-    let (x, weight) = (float(x, "rms_norm x")?, float(weight, "rms_norm weight")?);
-    let out = zeros([n, d], &device)?;
-    let (count, dim) = rows(n)?;
-    kernels::rms_norm_rows::launch(
-        &out.client.clone(),
-        count,
-        dim,
-        x.into_tensor_arg(),
-        weight.into_tensor_arg(),
-        out.clone().into_tensor_arg(),
-        eps,
-        ROW_UNITS,
-    );
-    Ok(back(out))
+    Ok(norm_rows(x, None, weight, eps, "rms_norm")?.1)
 }
 
 /// The residual add and the next RMSNorm in one pass: returns `(x + residual,
@@ -190,23 +169,39 @@ pub fn rms_norm_residual(
     eps: f32,
 ) -> Result<(Tensor<2>, Tensor<2>)> {
     same_dims(&x, &residual, "rms_norm_residual")?;
+    let (summed, normed) = norm_rows(x, Some(residual), weight, eps, "rms_norm_residual")?;
+    Ok((summed, normed))
+}
+
+/// [`kernels::rms_norm_rows`], with the residual add when `residual` is given; returns the sum
+/// (a one-element placeholder without a residual) and the normalised rows.
+fn norm_rows(
+    x: Tensor<2>,
+    residual: Option<Tensor<2>>,
+    weight: Tensor<1>,
+    eps: f32,
+    what: &str,
+) -> Result<(Tensor<2>, Tensor<2>)> {
     let [n, d] = x.dims();
     if weight.dims() != [d] {
         return Err(BackendError::InvalidInput(format!(
-            "rms_norm_residual: rows of {d} but a weight of {:?}",
+            "{what}: rows of {d} but a weight of {:?}",
             weight.dims()
         )));
     }
     let device = x.device();
-    let (x, residual, weight) = (
-        float(x, "rms_norm_residual x")?,
-        float(residual, "rms_norm_residual residual")?,
-        float(weight, "rms_norm_residual weight")?,
-    );
-    let summed = zeros([n, d], &device)?;
+    let add_residual = residual.is_some();
+    let placeholder = || Tensor::<2>::zeros([1, 1], &device);
+    let residual = float(residual.unwrap_or_else(placeholder), "residual")?;
+    let summed = if add_residual {
+        zeros([n, d], &device)?
+    } else {
+        float(placeholder(), "placeholder")?
+    };
+    let (x, weight) = (float(x, "x")?, float(weight, "weight")?);
     let out = zeros([n, d], &device)?;
     let (count, dim) = rows(n)?;
-    kernels::add_rms_norm_rows::launch(
+    kernels::rms_norm_rows::launch(
         &out.client.clone(),
         count,
         dim,
@@ -216,6 +211,7 @@ pub fn rms_norm_residual(
         summed.clone().into_tensor_arg(),
         out.clone().into_tensor_arg(),
         eps,
+        add_residual,
         ROW_UNITS,
     );
     Ok((back(summed), back(out)))
