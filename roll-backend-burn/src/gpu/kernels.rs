@@ -1,8 +1,10 @@
 //! The kernels, in CubeCL. f32 throughout; every tensor a contiguous row-major buffer.
 //!
-//! Row kernels run one cube per row: its units stride over the row, reduce their partial sums
-//! (or maxima) through shared memory in a tree, and finish the row together. `units` (the cube
-//! size) is a power of two, known when the kernel is compiled.
+//! Row kernels run one cube per row: its units stride over the row, put their partial sums (or
+//! maxima) in shared memory, each reads all of them back in the same order — so every unit holds
+//! the same total — and they finish the row together. `units` (the cube size) is known when the
+//! kernel is compiled. (A halving tree reduction, the usual way, fails cubecl 0.11's IR
+//! verification when launched on wgpu: "Expected operand type cube.ptr, but found cube.index".)
 
 use cubecl::prelude::*;
 
