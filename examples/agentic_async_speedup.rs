@@ -56,12 +56,12 @@ impl Env for SlowSums {
     }
 }
 
-async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<speedup::Outcome> {
+/// The run of one mode: `max_staleness` 0 (synchronous) or 1, `steps` RL steps, outputs in `out`.
+fn build(max_staleness: u32, steps: u64, out: &std::path::Path) -> anyhow::Result<Run> {
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../shared/fixtures/tiny-qwen2-sft"
     );
-    let out = std::env::temp_dir().join(format!("roll-agentic-async-{max_staleness}"));
     let config = Config::from_toml(&format!(
         r#"
         pipeline = "agentic"
@@ -78,19 +78,12 @@ async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<speedup::Outcom
         "#,
         out.display()
     ))?;
-    let mut run = RunBuilder::new(config)
+    Ok(RunBuilder::new(config)
         .env("slow_sums", SlowSums::default)
-        .build()?;
-    let outcome = speedup::time_steps(&mut run, steps).await?;
-    let _ = std::fs::remove_dir_all(&out);
-    Ok(outcome)
+        .build()?)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let steps = speedup::steps_arg(20)?;
-    let sync = train(0, steps).await?;
-    let asynchronous = train(1, steps).await?;
-    speedup::print(steps, "episode", &sync, &asynchronous);
-    Ok(())
+    speedup::compare("agentic-async", 20, "episode", build).await
 }

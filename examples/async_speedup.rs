@@ -32,8 +32,8 @@ fn vowels(sample: &Sample) -> f32 {
     text.chars().filter(|c| "aeiou".contains(*c)).count() as f32 / n as f32
 }
 
-async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<speedup::Outcome> {
-    let out = std::env::temp_dir().join(format!("roll-async-speedup-{max_staleness}"));
+/// The run of one mode: `max_staleness` 0 (synchronous) or 1, `steps` RL steps, outputs in `out`.
+fn build(max_staleness: u32, steps: u64, out: &std::path::Path) -> anyhow::Result<Run> {
     let config = ConfigLoader::new()
         .toml_str(format!(
             r#"
@@ -68,20 +68,13 @@ async fn train(max_staleness: u32, steps: u64) -> anyhow::Result<speedup::Outcom
         ))
         .load()?;
     let prompts = (0..).map(|i| Prompt::new(PromptId(i), format!("Say something #{i}:"), "text"));
-    let mut run = RunBuilder::new(config)
+    Ok(RunBuilder::new(config)
         .reward("vowels", vowels)
         .prompts(prompts.take(10_000))
-        .build()?;
-    let outcome = speedup::time_steps(&mut run, steps).await?;
-    let _ = std::fs::remove_dir_all(&out);
-    Ok(outcome)
+        .build()?)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let steps = speedup::steps_arg(30)?;
-    let sync = train(0, steps).await?;
-    let asynchronous = train(1, steps).await?;
-    speedup::print(steps, "mean", &sync, &asynchronous);
-    Ok(())
+    speedup::compare("async-speedup", 30, "mean", build).await
 }

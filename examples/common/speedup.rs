@@ -2,6 +2,7 @@
 //! synchronous run with the asynchronous one.
 
 use roll::prelude::*;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The RL steps of one mode.
@@ -15,15 +16,37 @@ pub struct Outcome {
 }
 
 /// `STEPS`, the first command-line argument, or `default`.
-pub fn steps_arg(default: u64) -> anyhow::Result<u64> {
+fn steps_arg(default: u64) -> anyhow::Result<u64> {
     Ok(match std::env::args().nth(1) {
         Some(s) => s.parse()?,
         None => default,
     })
 }
 
+/// The example's comparison: `STEPS` (first argument, else `default_steps`) RL steps of the run
+/// `build(max_staleness, steps, output_dir)` makes, synchronous (0) then asynchronous (1), timed,
+/// and the table (`what` is rewarded). Each run's output directory is removed afterwards.
+pub async fn compare(
+    name: &str,
+    default_steps: u64,
+    what: &str,
+    build: impl Fn(u32, u64, &Path) -> anyhow::Result<Run>,
+) -> anyhow::Result<()> {
+    let steps = steps_arg(default_steps)?;
+    let mut outcomes = Vec::with_capacity(2);
+    for max_staleness in [0, 1] {
+        let out = std::env::temp_dir().join(format!("roll-{name}-{max_staleness}"));
+        let mut run = build(max_staleness, steps, &out)?;
+        outcomes.push(time_steps(&mut run, steps).await?);
+        drop(run);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    print(steps, what, &outcomes[0], &outcomes[1]);
+    Ok(())
+}
+
 /// Runs and times `steps` RL steps of `run`.
-pub async fn time_steps(run: &mut Run, steps: u64) -> anyhow::Result<Outcome> {
+async fn time_steps(run: &mut Run, steps: u64) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let (mut rewards, mut stale) = (Vec::new(), 0);
     for _ in 0..steps {
@@ -40,7 +63,7 @@ pub async fn time_steps(run: &mut Run, steps: u64) -> anyhow::Result<Outcome> {
 
 /// Prints both modes' time, reward at the start and the end (`what` is rewarded), and the
 /// speedup.
-pub fn print(steps: u64, what: &str, sync: &Outcome, asynchronous: &Outcome) {
+fn print(steps: u64, what: &str, sync: &Outcome, asynchronous: &Outcome) {
     let ends = |r: &[f32]| {
         let k = r.len().min(5);
         let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
