@@ -164,12 +164,12 @@ impl RunPlan {
                 })?;
                 let seed = derive_seed(config.run.seed, "environments");
                 let mut manager = EnvManagerConfig::from_agentic(agentic, seed)?;
-                let sampling = &config.rollout.sampling;
                 let episode = &mut manager.episode.sampling;
-                episode.temperature = sampling.temperature as f32;
-                episode.top_p = sampling.top_p as f32;
-                episode.top_k = sampling.top_k;
-                episode.stop = sampling.stop.clone();
+                *episode = SamplingParams {
+                    max_new_tokens: episode.max_new_tokens,
+                    seed: episode.seed,
+                    ..config.rollout.sampling_params()
+                };
                 RolloutPlan::Agentic {
                     manager,
                     env: roll_env::AgenticScheduler::env_spec(agentic),
@@ -185,17 +185,10 @@ impl RunPlan {
                 log_every: config.run.log_every,
                 eval_every: config.run.eval_every,
                 eval_max_new_tokens: config.rollout.max_new_tokens,
-                eval_sampling: (config.run.eval_temperature > 0.0).then(|| {
-                    let sampling = &config.rollout.sampling;
-                    SamplingParams {
-                        temperature: config.run.eval_temperature as f32,
-                        top_p: sampling.top_p as f32,
-                        top_k: sampling.top_k,
-                        max_new_tokens: config.rollout.max_new_tokens,
-                        stop_token_ids: Vec::new(),
-                        stop: sampling.stop.clone(),
-                        seed: Some(derive_seed(config.run.seed, "evaluation")),
-                    }
+                eval_sampling: (config.run.eval_temperature > 0.0).then(|| SamplingParams {
+                    temperature: config.run.eval_temperature as f32,
+                    seed: Some(derive_seed(config.run.seed, "evaluation")),
+                    ..config.rollout.sampling_params()
                 }),
                 save_every: config.run.save_every,
                 keep_checkpoints: config.run.keep_checkpoints,

@@ -514,17 +514,6 @@ impl<B: DecodeBackend> EngineLoop<B> {
     }
 
     fn finish(&mut self, seq: Sequence<B>, reason: FinishReason, text: Option<String>) {
-        // A finished sequence's entry is kept for a request that extends it (the next turn of
-        // a conversation) if the current weights computed it; an aborted one has no next turn.
-        if self.config.prefix_cache
-            && reason != FinishReason::Abort
-            && seq.cached > 0
-            && Arc::ptr_eq(&seq.weights, &self.weights)
-        {
-            self.park.park(seq.id, seq.tokens[..seq.cached].to_vec());
-        } else {
-            seq.weights.release(&mut self.cache, seq.id);
-        }
         self.reserved -= seq.reserved;
         let text = match (text, &self.tokenizer) {
             (Some(t), _) => t,
@@ -539,6 +528,19 @@ impl<B: DecodeBackend> EngineLoop<B> {
             weight_version: seq.version,
         };
         let _ = seq.sub.events.send(GenerationEvent::Finished(generation));
+        // A finished sequence's entry is kept for a request that extends it (the next turn of
+        // a conversation) if the current weights computed it; an aborted one has no next turn.
+        if self.config.prefix_cache
+            && reason != FinishReason::Abort
+            && seq.cached > 0
+            && Arc::ptr_eq(&seq.weights, &self.weights)
+        {
+            let mut tokens = seq.tokens;
+            tokens.truncate(seq.cached);
+            self.park.park(seq.id, tokens);
+        } else {
+            seq.weights.release(&mut self.cache, seq.id);
+        }
     }
 
     fn publish(&self) {

@@ -52,6 +52,21 @@ impl Default for RolloutConfig {
 }
 
 impl RolloutConfig {
+    /// The rollout's sampling as request parameters: temperature, top-p, top-k, stop strings
+    /// and `max_new_tokens`; no seed (each request gets its own).
+    pub fn sampling_params(&self) -> crate::policy::SamplingParams {
+        let sampling = &self.sampling;
+        crate::policy::SamplingParams {
+            temperature: sampling.temperature as f32,
+            top_p: sampling.top_p as f32,
+            top_k: sampling.top_k,
+            max_new_tokens: self.max_new_tokens,
+            stop_token_ids: Vec::new(),
+            stop: sampling.stop.clone(),
+            seed: None,
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let c = Checker::new("rollout");
         c.at_least("prompts_per_step", self.prompts_per_step.into(), 1)?;

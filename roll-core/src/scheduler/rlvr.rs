@@ -62,21 +62,12 @@ impl RlvrSchedulerConfig {
     /// derived from `run.seed`.
     pub fn from_config(config: &crate::config::Config) -> Self {
         let rollout = &config.rollout;
-        let sampling = &rollout.sampling;
         Self {
             prompts_per_step: rollout.prompts_per_step as usize,
             group_size: rollout.group_size as usize,
             oversample_prompts: rollout.oversample_prompts as usize,
             max_staleness: u64::from(rollout.max_staleness),
-            sampling: SamplingParams {
-                temperature: sampling.temperature as f32,
-                top_p: sampling.top_p as f32,
-                top_k: sampling.top_k,
-                max_new_tokens: rollout.max_new_tokens,
-                stop_token_ids: Vec::new(),
-                stop: sampling.stop.clone(),
-                seed: None,
-            },
+            sampling: rollout.sampling_params(),
             seed: crate::rng::derive_seed(config.run.seed, "rollout"),
             hang_warning: (rollout.hang_warning_s > 0)
                 .then(|| std::time::Duration::from_secs(rollout.hang_warning_s)),
