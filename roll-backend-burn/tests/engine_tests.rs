@@ -15,7 +15,7 @@ use std::sync::Arc;
 use support::fixture;
 
 fn decoders() -> Vec<DecoderKind> {
-    vec![DecoderKind::Cpu, DecoderKind::Burn]
+    vec![DecoderKind::Cpu, DecoderKind::Device, DecoderKind::Burn]
 }
 
 fn sft() -> (CausalLm, Device) {
@@ -374,8 +374,8 @@ fn weight_sync_versions_and_in_flight_policies() {
     }
 }
 
-/// Dense models on the CPU get the fast decoder; Qwen3-MoE falls back to the portable one and
-/// still generates exactly what a full forward's argmax gives.
+/// Dense models on the CPU get the fast decoder; Qwen3-MoE gets the device decoder (a paged
+/// cache in Burn tensors) and still generates exactly what a full forward's argmax gives.
 #[test]
 fn decoder_choice_and_the_moe_fallback() {
     let (model, device) = sft();
@@ -392,7 +392,7 @@ fn decoder_choice_and_the_moe_fallback() {
     c.num_experts_per_tok = Some(2);
     c.moe_intermediate_size = Some(32);
     let moe = CausalLm::init(&c, &device).unwrap();
-    assert_eq!(DecoderKind::auto(&moe, &device), DecoderKind::Burn);
+    assert_eq!(DecoderKind::auto(&moe, &device), DecoderKind::Device);
     assert!(
         Engine::with_decoder(
             DecoderKind::Cpu,
@@ -484,9 +484,37 @@ fn converse(
     played
 }
 
+/// `got` plays as `want` (tokens and log-probs): bit for bit on the decoders whose kernels are row-invariant (the CPU
+/// decoder; the recomputing oracle), and on the device decoder the same tokens with log-probs
+/// within 1e-5 — its Burn GEMMs and reductions may round differently when a prompt is cut into
+/// other chunks, or resumed from a cached prefix.
+fn assert_same_play(
+    kind: DecoderKind,
+    got: &[Vec<roll_core::policy::Generation>],
+    want: &[Vec<roll_core::policy::Generation>],
+    what: &str,
+) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+        assert_eq!(g.token_ids, w.token_ids, "{kind:?} {what}");
+        if kind != DecoderKind::Device {
+            assert_eq!(g.logprobs, w.logprobs, "{kind:?} {what}");
+            continue;
+        }
+        let gap = g
+            .logprobs
+            .iter()
+            .zip(&w.logprobs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(gap <= 1e-5, "{kind:?} {what}: log-prob gap {gap}");
+    }
+}
+
 /// Prefix caching across turns: a conversation's next turn takes over the cache entry its last
 /// turn left and prefills only the new tokens — with exactly the tokens and log-probs a cold
-/// prefill gives, when entries have to be evicted for room, and not across a weight sync.
+/// prefill gives (see [`assert_same_play`]), when entries have to be evicted for room, and not
+/// across a weight sync.
 #[test]
 fn multi_turn_prompts_reuse_their_cached_prefix_bit_for_bit() {
     let (model, device) = sft();
@@ -511,7 +539,7 @@ fn multi_turn_prompts_reuse_their_cached_prefix_bit_for_bit() {
         assert_eq!(cold.stats().reused_prompt_tokens, 0, "{kind:?}");
 
         let warm = engine(kind, &model, &device, with.clone());
-        assert_eq!(converse(&warm, 3, 4), expected, "{kind:?}");
+        assert_same_play(kind, &converse(&warm, 3, 4), &expected, "warm");
         // Every turn after the first reuses all its previous turn had cached: the previous
         // prompt and answer but the answer's last token, which was sampled, never fed.
         let reusable: u64 = expected
@@ -552,11 +580,16 @@ fn multi_turn_prompts_reuse_their_cached_prefix_bit_for_bit() {
                 reuses,
                 "{kind:?}"
             );
-            assert_eq!(g, run(&cold, &prompt, sampled(6, 5)), "{kind:?}");
+            assert_same_play(
+                kind,
+                &[vec![g]],
+                &[vec![run(&cold, &prompt, sampled(6, 5))]],
+                "",
+            );
         }
 
         let small = engine(kind, &model, &device, cramped.clone());
-        assert_eq!(converse(&small, 3, 4), expected, "{kind:?} under eviction");
+        assert_same_play(kind, &converse(&small, 3, 4), &expected, "under eviction");
         let reused = small.stats().reused_prompt_tokens;
         assert!(
             reused > 0 && reused < reusable,
@@ -580,10 +613,6 @@ fn multi_turn_prompts_reuse_their_cached_prefix_bit_for_bit() {
             &next,
             sampled(6, 10),
         );
-        assert_eq!(
-            (g.token_ids, g.logprobs),
-            (cold.token_ids, cold.logprobs),
-            "{kind:?} after a sync"
-        );
+        assert_same_play(kind, &[vec![g]], &[vec![cold]], "after a sync");
     }
 }

@@ -1,18 +1,20 @@
 //! The GPU path end to end on the machine's Vulkan adapter (lavapipe in CI; `.ci/gpu`): a
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
-//! leaves the parameters where the same step on the CPU does, and the engine generates the CPU
-//! decoder's greedy tokens on the device, on both fixtures.
+//! leaves the parameters where the same step on the CPU does, and the engine's device decoder
+//! generates the CPU decoder's greedy tokens on the device, on both fixtures (and the oracle's
+//! on a mixture of experts).
 #![cfg(feature = "wgpu")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 use support::params;
 
+use burn::module::Module;
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
 use roll_backend_burn::gpu::vulkan_device;
 use roll_backend_burn::train::{Trainer, TrainerConfig};
-use roll_backend_burn::{Device, load_model};
-use roll_core::policy::{GenerationRequest, Objective, SamplingParams};
+use roll_backend_burn::{CausalLm, Device, HfConfig, load_model};
+use roll_core::policy::{Generation, GenerationRequest, Objective, SamplingParams};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 
 fn gpu() -> Device {
@@ -103,34 +105,77 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
     assert!(moved > 10, "{moved} parameter tensors compared");
 }
 
-#[test]
-fn the_engine_generates_the_cpu_decoders_greedy_tokens_on_the_gpu() {
-    let prompt = vec![11u32, 12, 13, 14];
+/// Greedy generations of `prompts` side by side on `kind` over `model` on `device`.
+fn greedy(
+    kind: DecoderKind,
+    model: &CausalLm,
+    device: &Device,
+    prompts: &[Vec<u32>],
+    max_new_tokens: u32,
+) -> Vec<Generation> {
+    let engine = Engine::with_decoder(kind, model, device, EngineConfig::default(), None).unwrap();
     let params = SamplingParams {
         temperature: 0.0,
-        max_new_tokens: 12,
+        max_new_tokens,
         ..SamplingParams::default()
     };
-    for fixture in ["tiny-qwen2", "tiny-qwen2-sft"] {
-        let generate = |kind: DecoderKind, device: &Device| {
-            let model = load_model(support::fixture(fixture), device).unwrap();
-            let engine =
-                Engine::with_decoder(kind, &model, device, EngineConfig::default(), None).unwrap();
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
             engine
-                .submit(GenerationRequest::new(prompt.clone(), params.clone()))
+                .submit(GenerationRequest::new(p.clone(), params.clone()))
                 .unwrap()
-                .wait()
-                .unwrap()
-        };
-        let cpu = generate(DecoderKind::Cpu, &Device::flex());
-        let gpu = generate(DecoderKind::Burn, &gpu());
-        assert_eq!(gpu.token_ids, cpu.token_ids, "{fixture}");
-        let gap = cpu
+        })
+        .collect();
+    handles.into_iter().map(|h| h.wait().unwrap()).collect()
+}
+
+/// Same tokens, and log-probs within 1e-4.
+fn assert_same(want: &[Generation], got: &[Generation], what: &str) {
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        assert_eq!(g.token_ids, w.token_ids, "{what}, request {i}");
+        let gap = w
             .logprobs
             .iter()
-            .zip(&gpu.logprobs)
+            .zip(&g.logprobs)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
-        assert!(gap <= 1e-4, "{fixture}: log-prob gap {gap}");
+        assert!(gap <= 1e-4, "{what}, request {i}: log-prob gap {gap}");
     }
+}
+
+/// The device decoder — paged cache on the GPU, roll's kernels, prompts and decodes of several
+/// requests side by side, past several cache blocks — generates the CPU decoder's greedy tokens.
+#[test]
+fn the_engine_generates_the_cpu_decoders_greedy_tokens_on_the_gpu() {
+    let prompts = vec![vec![11u32, 12, 13, 14], (1..=21).collect(), vec![40]];
+    for fixture in ["tiny-qwen2", "tiny-qwen2-sft"] {
+        let cpu = Device::flex();
+        let on_cpu = load_model(support::fixture(fixture), &cpu).unwrap();
+        let on_gpu = load_model(support::fixture(fixture), &gpu()).unwrap();
+        assert_eq!(DecoderKind::auto(&on_gpu, &gpu()), DecoderKind::Device);
+        let want = greedy(DecoderKind::Cpu, &on_cpu, &cpu, &prompts, 24);
+        let got = greedy(DecoderKind::Device, &on_gpu, &gpu(), &prompts, 24);
+        assert_same(&want, &got, fixture);
+    }
+}
+
+/// Qwen3-MoE (QK-norm, routed experts beside a dense layer) on the GPU against the recomputing
+/// oracle on the CPU.
+#[test]
+fn a_mixture_of_experts_decodes_on_the_gpu_as_the_oracle_does() {
+    let mut c = HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(24);
+    c.num_experts = Some(4);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(32);
+    c.mlp_only_layers = Some(vec![0]);
+    let cpu = Device::flex();
+    let model = CausalLm::init(&c, &cpu).unwrap();
+    let prompts = vec![vec![3u32, 14, 15], (30..50).collect()];
+    let want = greedy(DecoderKind::Burn, &model, &cpu, &prompts, 10);
+    let on_gpu = model.to_device(&gpu());
+    let got = greedy(DecoderKind::Device, &on_gpu, &gpu(), &prompts, 10);
+    assert_same(&want, &got, "qwen3-moe");
 }

@@ -2,10 +2,11 @@
 //! key/value cache.
 //!
 //! The engine owns scheduling (which sequences run this step, how many tokens each appends);
-//! a [`DecodeBackend`] owns the arithmetic and the cache layout. Two implement it:
+//! a [`DecodeBackend`] owns the arithmetic and the cache layout. Three implement it:
 //! [`CpuDecoder`](super::cpu::CpuDecoder), hand-scheduled f32 kernels over a paged cache for dense
-//! Qwen models on the CPU, and [`BurnDecoder`](super::burn_decoder::BurnDecoder), plain Burn
-//! tensors that run on any device and any architecture.
+//! Qwen models on the CPU; [`DeviceDecoder`](super::device_decoder::DeviceDecoder), a paged cache
+//! in device tensors for any device and any architecture; and
+//! [`BurnDecoder`](super::burn_decoder::BurnDecoder), plain recomputation, the test oracle.
 //!
 //! Weights and cache are separate values on purpose: after a weight sync, sequences that started
 //! on the old weights can finish on them while new sequences use the new ones, all in one cache.

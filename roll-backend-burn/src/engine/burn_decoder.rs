@@ -2,10 +2,11 @@
 //!
 //! It keeps each sequence's token history instead of key/value tensors and recomputes the whole
 //! sequence with [`CausalLm::forward`] on every call, one sequence per forward. That makes it
-//! quadratic in the sequence length — it is the fallback for devices and architectures the
-//! [`CpuDecoder`](super::cpu::CpuDecoder) does not cover, and the reference the fast path is
-//! tested against — but it is exact, batch-invariant by construction (a sequence never shares a
-//! forward with another), and needs nothing from the model beyond its ordinary forward pass.
+//! quadratic in the sequence length — it is the reference the cached decoders
+//! ([`CpuDecoder`](super::cpu::CpuDecoder), [`DeviceDecoder`](super::device_decoder::DeviceDecoder))
+//! are tested against, never what [`DecoderKind::auto`](super::DecoderKind::auto) picks — but it
+//! is exact, batch-invariant by construction (a sequence never shares a forward with another),
+//! and needs nothing from the model beyond its ordinary forward pass.
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use crate::models::TokenBatch;

@@ -5,6 +5,7 @@ use super::burn_decoder::BurnDecoder;
 use super::config::EngineConfig;
 use super::core::{Command, EngineLoop, SharedStats, Submission};
 use super::cpu::CpuDecoder;
+use super::device_decoder::DeviceDecoder;
 use super::request::RequestHandle;
 use crate::{BackendError, CausalLm, Result};
 use burn::tensor::Device;
@@ -55,19 +56,24 @@ impl std::fmt::Debug for Engine {
 pub enum DecoderKind {
     /// [`CpuDecoder`]: CPU kernels over a paged key/value cache; dense Qwen2/Qwen3 only.
     Cpu,
-    /// [`BurnDecoder`]: any device, any architecture, recomputes each sequence every step.
+    /// [`DeviceDecoder`]: a paged key/value cache on any device, any architecture; roll's
+    /// CubeCL kernels on a cubecl device (feature `wgpu`), Burn's ops elsewhere.
+    Device,
+    /// [`BurnDecoder`]: any device, any architecture, recomputes each sequence every step — the
+    /// oracle the others are tested against, never chosen by [`DecoderKind::auto`].
     Burn,
 }
 
 impl DecoderKind {
     /// The fastest decoder that covers `model` on `device`: [`DecoderKind::Cpu`] for dense models
-    /// on the CPU (Flex) device, [`DecoderKind::Burn`] otherwise.
+    /// on the CPU (Flex) device, [`DecoderKind::Device`] otherwise (a GPU, or a mixture of
+    /// experts).
     pub fn auto(model: &CausalLm, device: &Device) -> Self {
         let on_cpu = device.clone().inner() == Device::flex();
         if on_cpu && !matches!(model, CausalLm::Qwen3Moe(_)) {
             Self::Cpu
         } else {
-            Self::Burn
+            Self::Device
         }
     }
 }
@@ -98,7 +104,7 @@ impl ServedWeights {
     pub fn new(model: CausalLm, kind: DecoderKind) -> Result<Self> {
         let cpu = match kind {
             DecoderKind::Cpu => Some(Arc::new(CpuDecoder::from_model(&model)?)),
-            DecoderKind::Burn => None,
+            DecoderKind::Device | DecoderKind::Burn => None,
         };
         Ok(Self { model, cpu })
     }
@@ -230,6 +236,18 @@ impl Engine {
                     None => CpuDecoder::from_model(w.model()).map(Arc::new),
                 };
                 Self::start(weights, prepare, config, tokenizer)?
+            }
+            DecoderKind::Device => {
+                let device = device.clone();
+                let weights = DeviceDecoder::from_model(model, &device)?;
+                Self::start(
+                    weights,
+                    move |w: &ServedWeights| {
+                        DeviceDecoder::from_model(w.model(), &device).map(Arc::new)
+                    },
+                    config,
+                    tokenizer,
+                )?
             }
             DecoderKind::Burn => {
                 let device = device.clone();

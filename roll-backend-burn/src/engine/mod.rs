@@ -16,9 +16,11 @@
 //! - Weight sync: [`Engine::sync_weights`] swaps weights between two steps and increments the
 //!   weight version; requests in flight finish on their old weights or restart
 //!   ([`InFlightPolicy`]).
-//! - Decoders ([`DecodeBackend`]): [`CpuDecoder`], fast kernels over a paged
-//!   key/value cache for dense Qwen models on the CPU, and [`BurnDecoder`], any device and any
-//!   architecture by recomputation. [`Engine::for_model`] picks one.
+//! - Decoders ([`DecodeBackend`]): [`CpuDecoder`], fast kernels over a paged key/value cache for
+//!   dense Qwen models on the CPU; [`DeviceDecoder`], a paged cache on any device and any
+//!   architecture (roll's CubeCL kernels on a GPU); and [`BurnDecoder`], which recomputes every
+//!   sequence at every step — the oracle the other two are tested against.
+//!   [`Engine::for_model`] picks the fastest that covers the model and device.
 //!
 //! ```no_run
 //! use roll_backend_burn::engine::{Engine, EngineConfig};
@@ -38,16 +40,21 @@ pub mod burn_decoder;
 mod config;
 mod core;
 pub mod cpu;
+pub mod device_decoder;
 mod handle;
 mod logprob;
+pub mod paged;
 pub mod prefix;
 mod request;
 pub mod sampler;
+#[cfg(test)]
+mod test_support;
 
 pub use backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 pub use burn_decoder::BurnDecoder;
 pub use config::{EngineConfig, InFlightPolicy};
 pub use cpu::{CpuCache, CpuDecoder};
+pub use device_decoder::{DeviceCache, DeviceDecoder};
 pub use handle::{DecoderKind, Engine, EngineStats, ServedWeights};
 pub use request::{Aborter, GenerationEvent, RequestHandle};
 pub use sampler::{SampledToken, TokenSampler};

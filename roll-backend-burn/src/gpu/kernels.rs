@@ -202,3 +202,87 @@ pub fn adamw_update(
         params_out[i] = params[i] * decay - delta * lr;
     }
 }
+
+/// Causal grouped-query attention read straight from a paged key/value cache (one cube per query
+/// row and head; no `[t, t]` scores are written).
+///
+/// `q` is `[tokens · heads, head_dim]`, token-major: row `i · heads + h` is head `h` of the query
+/// at position `start + i`, which attends to positions `0 ..= start + i`. Position `p`'s keys and
+/// values are row `rows[p]` of the pools (`[pool_rows, kv_heads · head_dim]`); query head `h`
+/// reads kv head `h / (heads / kv_heads)`.
+///
+/// Split-K inside the cube: unit `u` takes positions `u, u + units, …` with an online softmax of
+/// its own (running maximum `m`, normaliser `s`, accumulator `a` of the weighted values); the
+/// units' partial results are then merged —
+/// `M = max mᵤ`, `S = Σ sᵤ·e^(mᵤ−M)`, `out = Σ aᵤ·e^(mᵤ−M) / S` — every output element summing
+/// the units in the same order, so the result does not depend on scheduling.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    q: &Tensor<f32>,
+    k_pool: &Tensor<f32>,
+    v_pool: &Tensor<f32>,
+    rows: &Tensor<i32>,
+    out: &mut Tensor<f32>,
+    start: u32,
+    scale: f32,
+    #[comptime] heads: usize,
+    #[comptime] kv_heads: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] units: usize,
+) {
+    let row = CUBE_POS;
+    let i = row / heads;
+    let g = (row % heads) / (heads / kv_heads);
+    let len = start as usize + i + 1;
+    let unit = UNIT_POS as usize;
+    let q_base = row * head_dim;
+    let kv_width = kv_heads * head_dim;
+    let mut acc = Shared::<[f32]>::new_slice(units * head_dim);
+    let own = unit * head_dim;
+    for j in 0..head_dim {
+        acc[own + j] = 0.0;
+    }
+    let mut m = f32::new(-3.0e38);
+    let mut s = 0.0f32;
+    let mut p = unit;
+    while p < len {
+        let base = (rows[p] as usize) * kv_width + g * head_dim;
+        let mut dot = 0.0f32;
+        for j in 0..head_dim {
+            dot += q[q_base + j] * k_pool[base + j];
+        }
+        let score = dot * scale;
+        let m_new = f32::max(m, score);
+        let alpha = f32::exp(m - m_new);
+        let w = f32::exp(score - m_new);
+        s = s * alpha + w;
+        for j in 0..head_dim {
+            acc[own + j] = acc[own + j] * alpha + w * v_pool[base + j];
+        }
+        m = m_new;
+        p += units;
+    }
+    let mut maxima = Shared::<[f32]>::new_slice(units);
+    let mut sums = Shared::<[f32]>::new_slice(units);
+    maxima[unit] = m;
+    sums[unit] = s;
+    sync_cube();
+    let mut top = maxima[0];
+    for u in 1..units {
+        top = f32::max(top, maxima[u]);
+    }
+    let mut total = 0.0f32;
+    for u in 0..units {
+        total += sums[u] * f32::exp(maxima[u] - top);
+    }
+    let mut j = unit;
+    while j < head_dim {
+        let mut o = 0.0f32;
+        for u in 0..units {
+            o += acc[u * head_dim + j] * f32::exp(maxima[u] - top);
+        }
+        out[q_base + j] = o / total;
+        j += units;
+    }
+}

@@ -328,6 +328,87 @@ pub fn logprob_entropy(logits: Tensor<2>, targets: &[u32]) -> Result<(Tensor<1>,
     Ok((back(logprobs), back(entropies)))
 }
 
+/// Units per cube of [`paged_attention`] (each takes every `ATTENTION_UNITS`-th position).
+const ATTENTION_UNITS: usize = 32;
+
+/// Causal grouped-query attention of `q` (`[tokens · heads, head_dim]`, token-major, already
+/// rotated) over keys and values read from paged pools (`[pool_rows, kv_heads · head_dim]`):
+/// the query of token `i` sits at position `start + i` and attends to positions `0 ..= start + i`,
+/// whose pool rows `rows` (an i32 vector of `start + tokens` rows) gives. Scores are scaled by
+/// `scale`. Returns `[tokens · heads, head_dim]`. See [`kernels::paged_attention`].
+///
+/// # Errors
+/// Tensors not on a cubecl device or not f32, `rows` not i32, or shapes that disagree (heads not
+/// a multiple of `kv_heads`, pools of another width, a row count other than `start + tokens`).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    q: Tensor<2>,
+    k_pool: Tensor<2>,
+    v_pool: Tensor<2>,
+    rows: Tensor<1, Int>,
+    start: usize,
+    heads: usize,
+    kv_heads: usize,
+    scale: f32,
+) -> Result<Tensor<2>> {
+    let [n, head_dim] = q.dims();
+    let [pool_rows, width] = k_pool.dims();
+    let [len] = rows.dims();
+    let tokens = if heads == 0 { 0 } else { n / heads };
+    if kv_heads == 0
+        || heads % kv_heads != 0
+        || tokens * heads != n
+        || tokens == 0
+        || width != kv_heads * head_dim
+        || v_pool.dims() != [pool_rows, width]
+        || len != start + tokens
+    {
+        return Err(BackendError::InvalidInput(format!(
+            "paged_attention: q {:?} with {heads} heads / {kv_heads} kv heads, pools {:?} / {:?}, \
+             {len} rows for start {start}",
+            q.dims(),
+            k_pool.dims(),
+            v_pool.dims()
+        )));
+    }
+    if rows.dtype() != DType::I32 {
+        return Err(BackendError::InvalidInput(format!(
+            "paged_attention: rows must be i32, got {:?}",
+            rows.dtype()
+        )));
+    }
+    let start = u32::try_from(start).map_err(|_| {
+        BackendError::InvalidInput(format!("paged_attention: start {start} is too large"))
+    })?;
+    let device = q.device();
+    let (q, k_pool, v_pool) = (
+        float(q, "paged_attention q")?,
+        float(k_pool, "paged_attention keys")?,
+        float(v_pool, "paged_attention values")?,
+    );
+    let rows = cube(rows, "paged_attention rows")?;
+    let out = zeros([n, head_dim], &device)?;
+    let cubes = u32::try_from(n)
+        .map_err(|_| BackendError::InvalidInput(format!("{n} query rows are too many")))?;
+    kernels::paged_attention::launch(
+        &out.client.clone(),
+        CubeCount::Static(cubes, 1, 1),
+        CubeDim::new_1d(ATTENTION_UNITS as u32),
+        q.into_tensor_arg(),
+        k_pool.into_tensor_arg(),
+        v_pool.into_tensor_arg(),
+        rows.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        start,
+        scale,
+        heads,
+        kv_heads,
+        head_dim,
+        ATTENTION_UNITS,
+    );
+    Ok(back(out))
+}
+
 /// Whether `tensor` lives on a cubecl device (where these kernels run).
 pub(crate) fn on_cube_device<const D: usize>(tensor: &Tensor<D>) -> bool {
     tensor.clone().try_into_primitive::<Cube>().is_ok()

@@ -1,8 +1,10 @@
 //! GPU kernels written once in CubeCL (feature `wgpu`): the element-wise and row-wise pieces of a
 //! Qwen forward and backward that Burn would otherwise run as several separate kernels, each
 //! reading and writing its whole tensor — residual-add + RMSNorm, rotary embedding, SwiGLU, the
-//! log-prob/entropy of a token row, and the AdamW update with the clip factor applied in the same
-//! pass (the trainer's optimiser runs it for every parameter on a cubecl device).
+//! log-prob/entropy of a token row, attention read straight from a paged key/value cache (the
+//! [`DeviceDecoder`](crate::engine::DeviceDecoder)'s), and the AdamW update with the clip factor
+//! applied in the same pass (the trainer's optimiser runs it for every parameter on a cubecl
+//! device).
 //!
 //! Each kernel is a `#[cube(launch)]` function over Burn's own cubecl tensors: a wrapper takes
 //! Burn [`Tensor`]s on a cubecl device (wgpu today; CUDA where it can be built), launches the
@@ -18,7 +20,9 @@ mod kernels;
 mod launch;
 
 pub(crate) use launch::{adamw_apply, on_cube_device};
-pub use launch::{logprob_entropy, rms_norm, rms_norm_residual, rope, silu_mul, vulkan_device};
+pub use launch::{
+    logprob_entropy, paged_attention, rms_norm, rms_norm_residual, rope, silu_mul, vulkan_device,
+};
 
 #[cfg(test)]
 mod tests;

@@ -254,3 +254,88 @@ fn tensors_off_the_gpu_are_refused_with_a_clear_error() {
     let err = silu_mul(Tensor::<1>::zeros([4], &cpu), Tensor::<1>::zeros([4], &cpu)).unwrap_err();
     assert!(err.to_string().contains("cubecl device"), "{err}");
 }
+
+/// Attention over scattered pool rows against a direct f64 softmax: a prefill chunk (several
+/// queries, each seeing a different prefix) and a decode step, grouped-query heads, more
+/// positions than the kernel's units (so every unit merges several).
+#[test]
+fn paged_attention_matches_the_reference() {
+    let dev = device();
+    let (heads, kv_heads, d) = (4usize, 2usize, 24usize);
+    let width = kv_heads * d;
+    let pool_rows = 160;
+    let (k_pool, v_pool) = (values(pool_rows * width, 11), values(pool_rows * width, 12));
+    let scale = (d as f32).powf(-0.5);
+    // Positions land on rows in no particular order, as blocks do.
+    let all_rows: Vec<usize> = (0..100).map(|p| (p * 37 + 5) % pool_rows).collect();
+    for (start, tokens) in [(70usize, 5usize), (99, 1), (0, 3)] {
+        let rows = &all_rows[..start + tokens];
+        let q = values(tokens * heads * d, 13 + start as u64);
+        let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+        let index = Tensor::<1, burn::tensor::Int>::from_data(
+            TensorData::new(index, [rows.len()]),
+            (&dev, burn::tensor::DType::I32),
+        );
+        let got = read(
+            paged_attention(
+                matrix(&q, [tokens * heads, d], &dev),
+                matrix(&k_pool, [pool_rows, width], &dev),
+                matrix(&v_pool, [pool_rows, width], &dev),
+                index,
+                start,
+                heads,
+                kv_heads,
+                scale,
+            )
+            .unwrap(),
+        );
+        let mut want = Vec::with_capacity(got.len());
+        for i in 0..tokens {
+            for h in 0..heads {
+                let g = h / (heads / kv_heads);
+                let qv = &q[(i * heads + h) * d..][..d];
+                let at = |pool: &[f32], p: usize| &pool[rows[p] * width + g * d..][..d].to_vec();
+                let scores: Vec<f64> = (0..=start + i)
+                    .map(|p| {
+                        let k = at(&k_pool, p);
+                        qv.iter()
+                            .zip(k)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum::<f64>()
+                            * f64::from(scale)
+                    })
+                    .collect();
+                let top = scores.iter().copied().fold(f64::MIN, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for j in 0..d {
+                    let o: f64 = weights
+                        .iter()
+                        .enumerate()
+                        .map(|(p, w)| w * f64::from(at(&v_pool, p)[j]))
+                        .sum();
+                    want.push(o / total);
+                }
+            }
+        }
+        let err = rel_err(&got, &want);
+        assert!(err <= 1e-5, "start {start}, {tokens} tokens: {err}");
+    }
+    // A row count that disagrees with start + tokens is refused, not read out of bounds.
+    let short = Tensor::<1, burn::tensor::Int>::from_data(
+        TensorData::new(vec![0i32; 3], [3]),
+        (&dev, burn::tensor::DType::I32),
+    );
+    let err = paged_attention(
+        matrix(&values(heads * d, 1), [heads, d], &dev),
+        matrix(&k_pool, [pool_rows, width], &dev),
+        matrix(&v_pool, [pool_rows, width], &dev),
+        short,
+        5,
+        heads,
+        kv_heads,
+        scale,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("3 rows for start 5"), "{err}");
+}

@@ -35,6 +35,7 @@ macro_rules! with_decoder {
         }
     };
 }
+pub(crate) use with_decoder;
 
 impl CausalLm {
     /// A randomly initialised model for `config` (by its `model_type`).

@@ -68,6 +68,12 @@ pub trait FeedForwardBlock {
     /// - `x`: `[batch, seq, hidden]`
     /// - output: `[batch, seq, hidden]`
     fn forward(&self, x: Tensor<3>) -> Tensor<3>;
+
+    /// The block as a dense SwiGLU MLP, when it is one (so that a caller can run its pieces with
+    /// kernels of its own, as the [`DeviceDecoder`](crate::engine::DeviceDecoder) does on a GPU).
+    fn dense(&self) -> Option<&Mlp> {
+        None
+    }
 }
 
 /// The hyper-parameters every Qwen-family decoder has (the HF `config.json` fields shared by all

@@ -48,4 +48,8 @@ impl FeedForwardBlock for Mlp {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         Mlp::forward(self, x)
     }
+
+    fn dense(&self) -> Option<&Mlp> {
+        Some(self)
+    }
 }

@@ -226,4 +226,11 @@ impl FeedForwardBlock for FeedForward {
             Self::Sparse(m) => m.forward(x),
         }
     }
+
+    fn dense(&self) -> Option<&Mlp> {
+        match self {
+            Self::Dense(m) => Some(m),
+            Self::Sparse(_) => None,
+        }
+    }
 }

@@ -89,6 +89,7 @@ mod swiglu;
 mod weights;
 
 pub use cache::{BLOCK_TOKENS, CpuCache};
+pub(crate) use rope::rope_angles;
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use crate::models::{CausalLm, check_id};
@@ -102,7 +103,7 @@ use norm::{rms_norm_cols, rms_norm_cols_keeping_roots, rms_norm_in_place};
 use rayon::prelude::*;
 pub(crate) use record::Recorder;
 use roll_core::policy::{ScoreRequest, TokenScores};
-use rope::{rope_angles, rope_in_place};
+use rope::rope_in_place;
 use swiglu::silu_mul;
 use weights::Weights;
 
@@ -206,9 +207,9 @@ impl CpuDecoder {
             .iter()
             .map(|i| {
                 cache
-                    .seqs
-                    .get(&i.seq)
-                    .map(|e| e.blocks.clone())
+                    .blocks
+                    .table(i.seq)
+                    .map(<[u32]>::to_vec)
                     .ok_or_else(|| {
                         BackendError::InvalidInput(format!(
                             "sequence {:?} has no cache entry",
@@ -402,14 +403,14 @@ impl CpuDecoder {
                 return Err(BackendError::TokenOutOfVocab { id, vocab_size });
             }
         }
-        let reservation = cache.reserve(inputs)?;
+        let reservation = cache.blocks.reserve(inputs)?;
         match self.run(cache, inputs, rec) {
             Ok(xt) => {
-                cache.commit(inputs);
+                cache.blocks.commit(inputs);
                 Ok(xt)
             }
             Err(e) => {
-                cache.rollback(reservation);
+                cache.blocks.rollback(reservation);
                 Err(e)
             }
         }
@@ -545,7 +546,7 @@ impl CpuDecoder {
             }
             for p in group {
                 if p.end == seqs[p.k].len() {
-                    cache.release(SeqId(p.k as u64));
+                    cache.blocks.release(SeqId(p.k as u64));
                 }
             }
         }
@@ -597,7 +598,7 @@ impl DecodeBackend for CpuDecoder {
     }
 
     fn release(&self, cache: &mut CpuCache, seq: SeqId) {
-        cache.release(seq);
+        cache.blocks.release(seq);
     }
 
     fn truncate(&self, cache: &mut CpuCache, seq: SeqId, len: usize) {
