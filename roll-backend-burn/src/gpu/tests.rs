@@ -294,12 +294,11 @@ fn paged_attention_matches_the_reference() {
             for h in 0..heads {
                 let g = h / (heads / kv_heads);
                 let qv = &q[(i * heads + h) * d..][..d];
-                let at = |pool: &[f32], p: usize| &pool[rows[p] * width + g * d..][..d].to_vec();
+                let at = |p: usize| rows[p] * width + g * d;
                 let scores: Vec<f64> = (0..=start + i)
                     .map(|p| {
-                        let k = at(&k_pool, p);
                         qv.iter()
-                            .zip(k)
+                            .zip(&k_pool[at(p)..][..d])
                             .map(|(&a, &b)| f64::from(a) * f64::from(b))
                             .sum::<f64>()
                             * f64::from(scale)
@@ -312,7 +311,7 @@ fn paged_attention_matches_the_reference() {
                     let o: f64 = weights
                         .iter()
                         .enumerate()
-                        .map(|(p, w)| w * f64::from(at(&v_pool, p)[j]))
+                        .map(|(p, w)| w * f64::from(v_pool[at(p) + j]))
                         .sum();
                     want.push(o / total);
                 }
