@@ -1,8 +1,8 @@
 //! The GPU path end to end on the machine's Vulkan adapter (lavapipe in CI; `.ci/gpu`): a
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
 //! leaves the parameters where the same step on the CPU does, and the engine's device decoder
-//! generates the CPU decoder's greedy tokens on the device, on both fixtures (and the oracle's
-//! on a mixture of experts).
+//! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
+//! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -105,7 +105,29 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
     assert!(moved > 10, "{moved} parameter tensors compared");
 }
 
-/// Greedy generations of `prompts` side by side on `kind` over `model` on `device`.
+/// Generations of `prompts` side by side on `kind` over `model` on `device`, request `i` with
+/// `params(i)`.
+fn generate(
+    kind: DecoderKind,
+    model: &CausalLm,
+    device: &Device,
+    prompts: &[Vec<u32>],
+    params: impl Fn(usize) -> SamplingParams,
+) -> Vec<Generation> {
+    let engine = Engine::with_decoder(kind, model, device, EngineConfig::default(), None).unwrap();
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            engine
+                .submit(GenerationRequest::new(p.clone(), params(i)))
+                .unwrap()
+        })
+        .collect();
+    handles.into_iter().map(|h| h.wait().unwrap()).collect()
+}
+
+/// Greedy generations (see [`generate`]).
 fn greedy(
     kind: DecoderKind,
     model: &CausalLm,
@@ -113,21 +135,12 @@ fn greedy(
     prompts: &[Vec<u32>],
     max_new_tokens: u32,
 ) -> Vec<Generation> {
-    let engine = Engine::with_decoder(kind, model, device, EngineConfig::default(), None).unwrap();
     let params = SamplingParams {
         temperature: 0.0,
         max_new_tokens,
         ..SamplingParams::default()
     };
-    let handles: Vec<_> = prompts
-        .iter()
-        .map(|p| {
-            engine
-                .submit(GenerationRequest::new(p.clone(), params.clone()))
-                .unwrap()
-        })
-        .collect();
-    handles.into_iter().map(|h| h.wait().unwrap()).collect()
+    generate(kind, model, device, prompts, |_| params.clone())
 }
 
 /// Same tokens, and log-probs within 1e-4.
@@ -178,4 +191,27 @@ fn a_mixture_of_experts_decodes_on_the_gpu_as_the_oracle_does() {
     let on_gpu = model.to_device(&gpu());
     let got = greedy(DecoderKind::Device, &on_gpu, &gpu(), &prompts, 10);
     assert_same(&want, &got, "qwen3-moe");
+}
+
+/// Seeded sampling — plain, tempered, top-k, top-p — draws the CPU engine's tokens on the GPU,
+/// where the sampling kernel picks them from logits that never leave the device.
+#[test]
+fn seeded_sampling_on_the_gpu_draws_the_cpu_engines_tokens() {
+    let prompts: Vec<Vec<u32>> = (0..4u32).map(|i| vec![11 + i, 12, 13, 14]).collect();
+    let params = |i: usize| SamplingParams {
+        temperature: [1.0, 0.8, 1.0, 1.2][i],
+        top_k: [None, None, Some(20), Some(50)][i],
+        top_p: [1.0, 1.0, 1.0, 0.9][i],
+        max_new_tokens: 16,
+        seed: Some(100 + i as u64),
+        ..SamplingParams::default()
+    };
+    for fixture in ["tiny-qwen2", "tiny-qwen2-sft"] {
+        let cpu = Device::flex();
+        let on_cpu = load_model(support::fixture(fixture), &cpu).unwrap();
+        let on_gpu = load_model(support::fixture(fixture), &gpu()).unwrap();
+        let want = generate(DecoderKind::Cpu, &on_cpu, &cpu, &prompts, params);
+        let got = generate(DecoderKind::Device, &on_gpu, &gpu(), &prompts, params);
+        assert_same(&want, &got, fixture);
+    }
 }

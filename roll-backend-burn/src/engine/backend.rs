@@ -11,6 +11,7 @@
 //! Weights and cache are separate values on purpose: after a weight sync, sequences that started
 //! on the old weights can finish on them while new sequences use the new ones, all in one cache.
 
+use super::sampler::{Draw, SampledToken, pick_rows};
 use crate::Result;
 
 /// Identifies one sequence's entries in a cache.
@@ -69,6 +70,27 @@ pub trait DecodeBackend: Send + Sync + 'static {
     /// [`BackendError::InvalidInput`](crate::BackendError::InvalidInput) if `start` disagrees with
     /// the cache, a sequence appears twice, or the cache is full.
     fn forward(&self, cache: &mut Self::Cache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>>;
+
+    /// [`DecodeBackend::forward`], then the next token of every input that has a draw
+    /// (`draws[i]` for `inputs[i]`; `None` where the logits are not wanted, such as a prompt
+    /// chunk short of the prompt's end) — the engine's step. A row's pick is its own result: a
+    /// row of NaN logits fails that row only.
+    ///
+    /// The default picks on the host from `forward`'s logits ([`pick_rows`]). A decoder whose
+    /// logits live on a device overrides it to pick there and read back two numbers per row
+    /// instead of a vocabulary's worth.
+    ///
+    /// # Errors
+    /// As [`DecodeBackend::forward`].
+    fn forward_sample(
+        &self,
+        cache: &mut Self::Cache,
+        inputs: &[StepInput<'_>],
+        draws: &[Option<Draw>],
+    ) -> Result<Vec<Option<Result<SampledToken>>>> {
+        let logits = self.forward(cache, inputs)?;
+        Ok(pick_rows(&logits, self.vocab_size(), draws))
+    }
 
     /// Frees a sequence's cache entries (unknown ids are ignored).
     fn release(&self, cache: &mut Self::Cache, seq: SeqId);

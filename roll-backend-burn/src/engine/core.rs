@@ -18,7 +18,6 @@ use super::prefix::{PrefixMatch, PrefixPark};
 use super::request::GenerationEvent;
 use super::sampler::{SampledToken, SplitMix64, TokenSampler};
 use crate::{BackendError, Result};
-use rayon::prelude::*;
 use roll_core::policy::{Generation, GenerationRequest};
 use roll_core::{FinishReason, Tokenizer, WeightVersion};
 use std::collections::VecDeque;
@@ -384,10 +383,16 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 }),
             }
         }
-        // Logits of each group's call, and where each sequence's row is.
-        let mut outputs: Vec<(Vec<f32>, usize)> = Vec::with_capacity(groups.len());
-        let mut row_of: Vec<Option<(usize, usize)>> = vec![None; self.running.len()];
+        // Each group's call, sampling every sequence whose pending tokens it feeds to the end.
+        let mut sampled: Vec<(usize, Result<SampledToken>)> = Vec::new();
         for Group { weights, members } in groups {
+            let draws: Vec<_> = members
+                .iter()
+                .map(|&(i, n)| {
+                    let seq = &mut self.running[i];
+                    (seq.cached + n == seq.tokens.len()).then(|| seq.sampler.next_draw())
+                })
+                .collect();
             let inputs: Vec<StepInput<'_>> = members
                 .iter()
                 .map(|&(i, n)| {
@@ -399,18 +404,17 @@ impl<B: DecodeBackend> EngineLoop<B> {
                     }
                 })
                 .collect();
-            match weights.forward(&mut self.cache, &inputs) {
-                Ok(logits) => {
-                    for (row, &(i, n)) in members.iter().enumerate() {
+            match weights.forward_sample(&mut self.cache, &inputs, &draws) {
+                Ok(picked) => {
+                    for (&(i, n), token) in members.iter().zip(picked) {
                         let seq = &mut self.running[i];
                         let before = seq.cached.min(seq.prompt_len);
                         seq.cached += n;
                         prefill += (seq.cached.min(seq.prompt_len) - before) as u64;
-                        if seq.cached == seq.tokens.len() {
-                            row_of[i] = Some((outputs.len(), row));
+                        if let Some(token) = token {
+                            sampled.push((i, token));
                         }
                     }
-                    outputs.push((logits, weights.vocab_size()));
                 }
                 Err(e) => {
                     // The whole call failed: its sequences fail, the engine goes on.
@@ -418,21 +422,6 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 }
             }
         }
-        // Sampling is independent per sequence (own stream, own row), so it runs in parallel
-        // without changing any result.
-        let sampled: Vec<(usize, Result<SampledToken>)> = self
-            .running
-            .par_iter_mut()
-            .enumerate()
-            .filter_map(|(i, seq)| {
-                let (out, row) = row_of[i]?;
-                let (logits, vocab) = &outputs[out];
-                Some((
-                    i,
-                    seq.sampler.sample(&logits[row * vocab..(row + 1) * vocab]),
-                ))
-            })
-            .collect();
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         self.stats
             .prefill_tokens

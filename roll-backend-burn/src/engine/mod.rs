@@ -57,4 +57,4 @@ pub use cpu::{CpuCache, CpuDecoder};
 pub use device_decoder::{DeviceCache, DeviceDecoder};
 pub use handle::{DecoderKind, Engine, EngineStats, ServedWeights};
 pub use request::{Aborter, GenerationEvent, RequestHandle};
-pub use sampler::{SampledToken, TokenSampler};
+pub use sampler::{Draw, SampledToken, SamplingRule, TokenSampler};

@@ -19,12 +19,32 @@ pub use roll_core::rng::SplitMix64;
 /// How one request picks its tokens.
 #[derive(Debug, Clone)]
 pub struct TokenSampler {
-    temperature: f32,
-    top_k: Option<usize>,
-    top_p: f32,
+    rule: SamplingRule,
     rng: SplitMix64,
     /// Reused buffer for one row's exponentials.
     scratch: Vec<f32>,
+}
+
+/// Which token a row of logits gives for a uniform draw: temperature, top-k, top-p.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingRule {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// Keep the `k` most likely tokens (`None`: all).
+    pub top_k: Option<usize>,
+    /// Keep the smallest most-likely set holding this share of the mass (1 = all).
+    pub top_p: f32,
+}
+
+/// One token's draw: the rule and the uniform number in `[0, 1)` it consumes. Taken from a
+/// [`TokenSampler`] before the logits exist, so that whoever holds the logits — the host, or a
+/// device kernel ([`gpu::sample`](crate::gpu::sample)) — can pick the token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Draw {
+    /// How the token is picked.
+    pub rule: SamplingRule,
+    /// The uniform number.
+    pub u: f64,
 }
 
 /// One sampled token and its temperature-1 log-probability.
@@ -61,9 +81,11 @@ impl TokenSampler {
             ));
         }
         Ok(Self {
-            temperature: params.temperature,
-            top_k: params.top_k.map(|k| k as usize),
-            top_p: params.top_p,
+            rule: SamplingRule {
+                temperature: params.temperature,
+                top_k: params.top_k.map(|k| k as usize),
+                top_p: params.top_p,
+            },
             rng: SplitMix64::new(seed),
             scratch: Vec::new(),
         })
@@ -71,35 +93,71 @@ impl TokenSampler {
 
     /// Whether this sampler always takes the most likely token (temperature 0 or top-k 1).
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0 || self.top_k == Some(1)
+        self.rule.is_greedy()
     }
 
-    /// Draws the next token from one row of logits. Consumes exactly one random draw, even when
-    /// greedy, so a request's stream does not depend on its settings' history.
+    /// The next token's draw. Consumes exactly one random number, even when greedy, so a
+    /// request's stream does not depend on its settings' history.
+    pub fn next_draw(&mut self) -> Draw {
+        Draw {
+            rule: self.rule,
+            u: self.rng.next_f64(),
+        }
+    }
+
+    /// Draws the next token from one row of logits ([`TokenSampler::next_draw`], then
+    /// [`Draw::pick`]).
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] if the row is empty or holds NaN.
     pub fn sample(&mut self, logits: &[f32]) -> Result<SampledToken> {
-        let u = self.rng.next_f64();
+        let draw = self.next_draw();
+        draw.pick(logits, &mut self.scratch)
+    }
+}
+
+impl SamplingRule {
+    /// Whether the rule always takes the most likely token (temperature 0 or top-k 1).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0 || self.top_k == Some(1)
+    }
+
+    /// Whether top-k or top-p removes tokens from a vocabulary of `vocab`.
+    pub fn filters(&self, vocab: usize) -> bool {
+        self.top_k.is_some_and(|k| k < vocab) || self.top_p < 1.0
+    }
+}
+
+impl Draw {
+    /// The token this draw picks from one row of logits, and its temperature-1 log-prob.
+    /// `scratch` is a buffer the caller may reuse between rows.
+    ///
+    /// Greedy: the first most likely token. Temperature 1 without filtering: the first token, in
+    /// id order, whose cumulative probability exceeds `u`. Otherwise the candidates are ranked by
+    /// descending logit (ties by ascending id), cut to the `top_k` best, then to the shortest
+    /// prefix whose tempered mass reaches `top_p` of theirs, and the first whose cumulative
+    /// tempered weight exceeds `u` of the kept mass is drawn.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] if the row is empty or holds NaN.
+    pub fn pick(&self, logits: &[f32], scratch: &mut Vec<f32>) -> Result<SampledToken> {
         let (max, argmax) = max_and_argmax(logits)?;
         // exp(l − max) once: the normaliser of the log-prob, and the weights of a plain
         // temperature-1 draw.
-        let mut exps = std::mem::take(&mut self.scratch);
-        shifted_exps(logits, max, &mut exps);
-        let total = ExpSum::of_row(&exps).total();
-        let filtered = self.top_k.is_some_and(|k| k < logits.len()) || self.top_p < 1.0;
-        let id = if self.is_greedy() {
+        shifted_exps(logits, max, scratch);
+        let total = ExpSum::of_row(scratch).total();
+        let rule = &self.rule;
+        let id = if rule.is_greedy() {
             argmax
-        } else if self.temperature == 1.0 && !filtered {
+        } else if rule.temperature == 1.0 && !rule.filters(logits.len()) {
             pick(
-                exps.iter().enumerate().map(|(i, &e)| (i, f64::from(e))),
-                u * total,
+                scratch.iter().enumerate().map(|(i, &e)| (i, f64::from(e))),
+                self.u * total,
             )
             .unwrap_or(logits.len() - 1)
         } else {
-            self.draw(logits, max, u)
+            self.draw(logits, max)
         };
-        self.scratch = exps;
         let logprob = logprob(logits[id], max, total);
         Ok(SampledToken {
             id: id as u32,
@@ -108,11 +166,12 @@ impl TokenSampler {
     }
 
     /// Inverse-CDF draw from the tempered, top-k/top-p filtered distribution.
-    fn draw(&self, logits: &[f32], max: f32, u: f64) -> usize {
-        let inv_t = 1.0 / self.temperature as f64;
+    fn draw(&self, logits: &[f32], max: f32) -> usize {
+        let rule = &self.rule;
+        let u = self.u;
+        let inv_t = 1.0 / rule.temperature as f64;
         let weight = |l: f32| ((l as f64 - max as f64) * inv_t).exp();
-        let filtered = self.top_k.is_some_and(|k| k < logits.len()) || self.top_p < 1.0;
-        if !filtered {
+        if !rule.filters(logits.len()) {
             let total: f64 = logits.iter().map(|&l| weight(l)).sum();
             return pick(
                 logits.iter().enumerate().map(|(i, &l)| (i, weight(l))),
@@ -124,16 +183,16 @@ impl TokenSampler {
         // set is the same on every run.
         let mut order: Vec<usize> = (0..logits.len()).collect();
         let by_logit = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
-        if let Some(k) = self.top_k.filter(|&k| k < logits.len()) {
+        if let Some(k) = rule.top_k.filter(|&k| k < logits.len()) {
             order.select_nth_unstable_by(k - 1, by_logit);
             order.truncate(k);
         }
         order.sort_unstable_by(by_logit);
         let weights: Vec<f64> = order.iter().map(|&i| weight(logits[i])).collect();
         let mut keep = weights.len();
-        if self.top_p < 1.0 {
+        if rule.top_p < 1.0 {
             let total: f64 = weights.iter().sum();
-            let target = self.top_p as f64 * total;
+            let target = rule.top_p as f64 * total;
             let mut cumulative = 0.0;
             for (n, w) in weights.iter().enumerate() {
                 cumulative += w;
@@ -153,6 +212,30 @@ impl TokenSampler {
         )
         .unwrap_or(order[keep - 1])
     }
+}
+
+/// The token of every row of `logits` (`[rows, vocab]`, row-major) that has a draw, picked on the
+/// host, rows in parallel (each row's pick depends only on the row and its draw).
+pub fn pick_rows(
+    logits: &[f32],
+    vocab: usize,
+    draws: &[Option<Draw>],
+) -> Vec<Option<Result<SampledToken>>> {
+    use rayon::prelude::*;
+    draws
+        .par_iter()
+        .enumerate()
+        .map_init(Vec::new, |scratch, (row, draw)| {
+            let draw = draw.as_ref()?;
+            Some(match logits.get(row * vocab..(row + 1) * vocab) {
+                Some(row) => draw.pick(row, scratch),
+                None => Err(BackendError::InvalidInput(format!(
+                    "no logits row {row} in {} logits of {vocab}",
+                    logits.len()
+                ))),
+            })
+        })
+        .collect()
 }
 
 /// The first candidate whose cumulative weight exceeds `threshold`.

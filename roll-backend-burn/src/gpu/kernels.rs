@@ -286,3 +286,334 @@ pub fn paged_attention(
         j += units;
     }
 }
+
+/// "No candidate": the id sentinel of the sampling helpers, and the cut that keeps every tie.
+const NONE: u32 = 4294967295u32;
+
+/// The order key of a logit: the f32 bits made monotone, so that a larger logit has a larger key
+/// (negative floats have their bits flipped, positive ones their sign bit set).
+#[cube]
+fn order_key(x: f32) -> u32 {
+    let bits = u32::reinterpret(x);
+    let flipped = 4294967295u32 - bits;
+    let signed = bits | 2147483648u32;
+    select(bits >= 2147483648u32, flipped, signed)
+}
+
+/// Whether a candidate of key `key` and id `i` is within the cut `(cut_key, cut_id)`: the ranking
+/// (descending logit, ties by ascending id) up to and including that candidate.
+#[cube]
+fn in_cut(key: u32, i: u32, cut_key: u32, cut_id: u32) -> bool {
+    key > cut_key || (key == cut_key && i <= cut_id)
+}
+
+/// A candidate's weight: 1 when counting, else its tempered probability up to the normaliser.
+#[cube]
+fn candidate_weight(l: f32, m: f32, inv_t: f32, count: bool) -> f32 {
+    select(count, 1.0f32, f32::exp((l - m) * inv_t))
+}
+
+/// Whether a cumulative weight has reached `threshold` (`strict`: exceeded it).
+#[cube]
+fn reaches(cumulative: f32, threshold: f32, strict: bool) -> bool {
+    (strict && cumulative > threshold) || (!strict && cumulative >= threshold)
+}
+
+/// The weight of the cut's candidates whose key is above `above`, summed over the cube.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn cut_mass(
+    logits: &Tensor<f32>,
+    base: usize,
+    m: f32,
+    inv_t: f32,
+    count: bool,
+    above: u32,
+    cut_key: u32,
+    cut_id: u32,
+    #[comptime] vocab: usize,
+    #[comptime] units: usize,
+) -> f32 {
+    let mut partial = 0.0f32;
+    let mut i = UNIT_POS as usize;
+    while i < vocab {
+        let l = logits[base + i];
+        let key = order_key(l);
+        if key > above && in_cut(key, i as u32, cut_key, cut_id) {
+            partial += candidate_weight(l, m, inv_t, count);
+        }
+        i += units;
+    }
+    cube_sum(partial, units)
+}
+
+/// The key of the first candidate, in ranking order within the cut, at which the cumulative
+/// weight reaches `threshold`: the smallest key `K` whose candidates above it do not reach it,
+/// found by bisecting the 32-bit key space (every step one pass over the row).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn boundary_key(
+    logits: &Tensor<f32>,
+    base: usize,
+    m: f32,
+    inv_t: f32,
+    count: bool,
+    threshold: f32,
+    strict: bool,
+    cut_key: u32,
+    cut_id: u32,
+    #[comptime] vocab: usize,
+    #[comptime] units: usize,
+) -> u32 {
+    let mut lo = 0u32;
+    let mut hi = 4294967295u32;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let above = cut_mass(
+            logits, base, m, inv_t, count, mid, cut_key, cut_id, vocab, units,
+        );
+        if reaches(above, threshold, strict) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// In id order, the first of the cut's candidates (with key `key` when `match_key`, else all of
+/// them) at which `start` plus their cumulative weight reaches `threshold`; [`NONE`] if none.
+/// The cube's units take contiguous chunks of the row, add up their own, and the one whose chunk
+/// crosses the threshold walks it.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn first_in_id_order(
+    logits: &Tensor<f32>,
+    base: usize,
+    m: f32,
+    inv_t: f32,
+    count: bool,
+    key: u32,
+    match_key: bool,
+    cut_key: u32,
+    cut_id: u32,
+    start: f32,
+    threshold: f32,
+    strict: bool,
+    #[comptime] vocab: usize,
+    #[comptime] units: usize,
+) -> u32 {
+    let unit = UNIT_POS as usize;
+    let chunk = (vocab + units - 1) / units;
+    let begin = unit * chunk;
+    let end = usize::min(begin + chunk, vocab);
+    let mut own = 0.0f32;
+    let mut i = begin;
+    while i < end {
+        let l = logits[base + i];
+        let k = order_key(l);
+        if (!match_key || k == key) && in_cut(k, i as u32, cut_key, cut_id) {
+            own += candidate_weight(l, m, inv_t, count);
+        }
+        i += 1;
+    }
+    let mut sums = Shared::<[f32]>::new_slice(units);
+    sums[unit] = own;
+    sync_cube();
+    let mut before = start;
+    for v in 0..unit {
+        before += sums[v];
+    }
+    let mut found = 4294967295u32; // NONE
+    if !reaches(before, threshold, strict) && reaches(before + own, threshold, strict) {
+        // The crossing is in this chunk; if rounding hides it, its last candidate.
+        let mut cumulative = before;
+        let mut last = 4294967295u32; // NONE
+        let mut j = begin;
+        while j < end && found == NONE {
+            let l = logits[base + j];
+            let k = order_key(l);
+            if (!match_key || k == key) && in_cut(k, j as u32, cut_key, cut_id) {
+                cumulative += candidate_weight(l, m, inv_t, count);
+                last = j as u32;
+                if reaches(cumulative, threshold, strict) {
+                    found = j as u32;
+                }
+            }
+            j += 1;
+        }
+        if found == NONE {
+            found = last;
+        }
+    }
+    let mut founds = Shared::<[u32]>::new_slice(units);
+    founds[unit] = found;
+    sync_cube();
+    let mut first = 4294967295u32; // NONE
+    for v in 0..units {
+        first = u32::min(first, founds[v]);
+    }
+    sync_cube();
+    first
+}
+
+/// One token per row of `logits` (`[rows, vocab]`, one cube per row), picked as
+/// [`Draw::pick`](crate::engine::Draw::pick) picks it on the host, and its temperature-1
+/// log-prob. `params` holds per row `[u, temperature, top_k (0: all), top_p]`. A row holding
+/// NaN gets the id −1.
+///
+/// Greedy takes the first maximum. An unfiltered draw walks the row in id order
+/// ([`first_in_id_order`]). A filtered one never sorts: each cut of the ranking — the `top_k`-th
+/// candidate, the end of the `top_p` nucleus, the drawn candidate — is a key found by bisection
+/// ([`boundary_key`]) and, among the candidates sharing that key, a position in id order.
+#[cube(launch)]
+pub fn sample_rows(
+    logits: &Tensor<f32>,
+    params: &Tensor<f32>,
+    ids: &mut Tensor<i32>,
+    logprobs: &mut Tensor<f32>,
+    #[comptime] vocab: usize,
+    #[comptime] units: usize,
+) {
+    let row = CUBE_POS;
+    let base = row * vocab;
+    let unit = UNIT_POS as usize;
+    let u = params[row * 4];
+    let temperature = params[row * 4 + 1];
+    let top_k = params[row * 4 + 2] as u32;
+    let top_p = params[row * 4 + 3];
+
+    // The first maximum, and whether the row holds NaN.
+    let mut best = 0.0f32;
+    let mut best_i = 4294967295u32; // NONE
+    let mut nan = 0u32;
+    let mut i = unit;
+    while i < vocab {
+        let l = logits[base + i];
+        // NaN by its bits: WGSL lets a compiler assume `l != l` is false.
+        let bits = u32::reinterpret(l);
+        if (bits & 2139095040u32) == 2139095040u32 && (bits & 8388607u32) != 0 {
+            nan = 1u32;
+        } else if best_i == NONE || l > best {
+            best = l;
+            best_i = i as u32;
+        }
+        i += units;
+    }
+    let mut maxima = Shared::<[f32]>::new_slice(units);
+    let mut argmaxima = Shared::<[u32]>::new_slice(units);
+    let mut nans = Shared::<[u32]>::new_slice(units);
+    maxima[unit] = best;
+    argmaxima[unit] = best_i;
+    nans[unit] = nan;
+    sync_cube();
+    let mut m = 0.0f32;
+    let mut arg = 4294967295u32; // NONE
+    let mut any_nan = 0u32;
+    for v in 0..units {
+        let a = argmaxima[v];
+        if a != NONE && (arg == NONE || maxima[v] > m || (maxima[v] == m && a < arg)) {
+            m = maxima[v];
+            arg = a;
+        }
+        any_nan = u32::max(any_nan, nans[v]);
+    }
+    sync_cube();
+
+    let mut s = 0.0f32;
+    let mut j = unit;
+    while j < vocab {
+        s += f32::exp(logits[base + j] - m);
+        j += units;
+    }
+    let normaliser = cube_sum(s, units);
+
+    let mut id = arg;
+    if !(temperature == 0.0 || top_k == 1) && any_nan == 0 {
+        let inv_t = 1.0 / temperature;
+        let by_k = top_k > 0 && top_k < vocab as u32;
+        if !by_k && top_p >= 1.0 {
+            let total = cut_mass(logits, base, m, inv_t, false, 0, 0, NONE, vocab, units);
+            id = first_in_id_order(
+                logits,
+                base,
+                m,
+                inv_t,
+                false,
+                0,
+                false,
+                0,
+                NONE,
+                0.0,
+                u * total,
+                true,
+                vocab,
+                units,
+            );
+        } else {
+            let mut cut_key = 0u32;
+            let mut cut_id = 4294967295u32; // NONE
+            if by_k {
+                let k = top_k as f32;
+                let key = boundary_key(
+                    logits, base, m, inv_t, true, k, false, cut_key, cut_id, vocab, units,
+                );
+                let above = cut_mass(
+                    logits, base, m, inv_t, true, key, cut_key, cut_id, vocab, units,
+                );
+                cut_id = first_in_id_order(
+                    logits, base, m, inv_t, true, key, true, cut_key, cut_id, above, k, false,
+                    vocab, units,
+                );
+                cut_key = key;
+            }
+            if top_p < 1.0 {
+                let total = cut_mass(
+                    logits, base, m, inv_t, false, 0, cut_key, cut_id, vocab, units,
+                );
+                let threshold = top_p * total;
+                let key = boundary_key(
+                    logits, base, m, inv_t, false, threshold, false, cut_key, cut_id, vocab, units,
+                );
+                let above = cut_mass(
+                    logits, base, m, inv_t, false, key, cut_key, cut_id, vocab, units,
+                );
+                let at = first_in_id_order(
+                    logits, base, m, inv_t, false, key, true, cut_key, cut_id, above, threshold,
+                    false, vocab, units,
+                );
+                if at != NONE {
+                    cut_key = key;
+                    cut_id = at;
+                }
+            }
+            let total = cut_mass(
+                logits, base, m, inv_t, false, 0, cut_key, cut_id, vocab, units,
+            );
+            let threshold = u * total;
+            let key = boundary_key(
+                logits, base, m, inv_t, false, threshold, true, cut_key, cut_id, vocab, units,
+            );
+            let above = cut_mass(
+                logits, base, m, inv_t, false, key, cut_key, cut_id, vocab, units,
+            );
+            id = first_in_id_order(
+                logits, base, m, inv_t, false, key, true, cut_key, cut_id, above, threshold, true,
+                vocab, units,
+            );
+            if id == NONE {
+                // Rounding left nothing to draw: the cut's last candidate.
+                id = cut_id;
+            }
+        }
+        id = u32::min(id, vocab as u32 - 1);
+    }
+    if unit == 0 {
+        if any_nan > 0 {
+            ids[row] = -1;
+        } else {
+            ids[row] = id as i32;
+            logprobs[row] = logits[base + id as usize] - m - f32::ln(normaliser);
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Burn tensors in, kernel launched on their buffers, Burn tensors out.
 
 use super::kernels;
+use crate::engine::{Draw, SampledToken};
 use crate::train::adamw::Constants;
 use crate::{BackendError, Result};
 use burn::backend::Cube;
@@ -407,6 +408,84 @@ pub fn paged_attention(
         ATTENTION_UNITS,
     );
     Ok(back(out))
+}
+
+/// One token per row of `logits` (`[rows, vocab]`) for the row's draw, picked on the device as
+/// [`Draw::pick`] picks it on the host — same rule, same uniform number, so a seeded request
+/// draws the same tokens wherever its logits are (up to the rounding of sums near a boundary of
+/// the cumulative distribution) — with its temperature-1 log-prob. Two numbers per row come back
+/// instead of the row. See [`kernels::sample_rows`].
+///
+/// # Errors
+/// Logits not on a cubecl device or not f32, or not one draw per row; a row holding NaN fails
+/// on its own, naming the row.
+pub fn sample(logits: Tensor<2>, draws: &[Draw]) -> Result<Vec<Result<SampledToken>>> {
+    let [n, vocab] = logits.dims();
+    if draws.len() != n || vocab == 0 {
+        return Err(BackendError::InvalidInput(format!(
+            "sample: {n} rows of {vocab} logits but {} draws",
+            draws.len()
+        )));
+    }
+    if vocab >= 1 << 24 {
+        return Err(BackendError::InvalidInput(format!(
+            "sample: a vocabulary of {vocab} is beyond the kernel's 2^24"
+        )));
+    }
+    let params: Vec<f32> = draws
+        .iter()
+        .flat_map(|d| {
+            let top_k = d
+                .rule
+                .top_k
+                .filter(|&k| k < vocab)
+                .map_or(0.0, |k| k as f32);
+            [d.u as f32, d.rule.temperature, top_k, d.rule.top_p]
+        })
+        .collect();
+    let device = logits.device();
+    let params = float(
+        Tensor::<2>::from_data(TensorData::new(params, [n, 4]), &device),
+        "sample params",
+    )?;
+    let logits = float(logits, "sample logits")?;
+    let ids = cube(
+        Tensor::<1, Int>::zeros([n], (&device, DType::I32)),
+        "sampled ids",
+    )?;
+    let logprobs = float(Tensor::<1>::zeros([n], &device), "sampled log-probs")?;
+    let (count, dim) = rows(n)?;
+    kernels::sample_rows::launch(
+        &logits.client.clone(),
+        count,
+        dim,
+        logits.into_tensor_arg(),
+        params.into_tensor_arg(),
+        ids.clone().into_tensor_arg(),
+        logprobs.clone().into_tensor_arg(),
+        vocab,
+        ROW_UNITS,
+    );
+    let read = |e| BackendError::InvalidInput(format!("reading sampled tokens: {e:?}"));
+    let ids: Vec<i32> = Tensor::<1, Int>::from_primitive::<Cube>(ids)
+        .into_data()
+        .try_into_vec()
+        .map_err(read)?;
+    let logprobs: Vec<f32> = back::<1>(logprobs)
+        .into_data()
+        .try_into_vec()
+        .map_err(read)?;
+    Ok(ids
+        .into_iter()
+        .zip(logprobs)
+        .enumerate()
+        .map(|(row, (id, logprob))| match u32::try_from(id) {
+            Ok(id) => Ok(SampledToken { id, logprob }),
+            Err(_) => Err(BackendError::InvalidInput(format!(
+                "logits row {row} holds NaN: the model produced non-finite values"
+            ))),
+        })
+        .collect())
 }
 
 /// Whether `tensor` lives on a cubecl device (where these kernels run).

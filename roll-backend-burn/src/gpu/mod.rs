@@ -21,7 +21,8 @@ mod launch;
 
 pub(crate) use launch::{adamw_apply, on_cube_device};
 pub use launch::{
-    logprob_entropy, paged_attention, rms_norm, rms_norm_residual, rope, silu_mul, vulkan_device,
+    logprob_entropy, paged_attention, rms_norm, rms_norm_residual, rope, sample, silu_mul,
+    vulkan_device,
 };
 
 #[cfg(test)]

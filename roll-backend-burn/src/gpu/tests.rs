@@ -338,3 +338,99 @@ fn paged_attention_matches_the_reference() {
     .unwrap_err();
     assert!(err.to_string().contains("3 rows for start 5"), "{err}");
 }
+
+/// The device's pick against the host's ([`Draw::pick`]) for the same rule and uniform number:
+/// greedy, plain and tempered draws, top-k, top-p and both, on rows with and without tied
+/// logits. Where a draw lies within 1e-4 of a boundary of the cumulative distribution the two
+/// may round to neighbours, so those are left out — and must be rare.
+#[test]
+fn sampling_on_the_device_picks_the_hosts_tokens() {
+    use crate::engine::{Draw, SamplingRule};
+    let dev = device();
+    let vocab = 300;
+    let mut rows: Vec<Vec<f32>> = (0..5)
+        .map(|r| {
+            values(vocab, 40 + r)
+                .iter()
+                .map(|v| v * (1.0 + r as f32))
+                .collect()
+        })
+        .collect();
+    // Many ties: logits on a grid of halves.
+    rows.push(
+        values(vocab, 77)
+            .iter()
+            .map(|v| (v * 2.0).round() / 2.0)
+            .collect(),
+    );
+    let rule = |temperature, top_k, top_p| SamplingRule {
+        temperature,
+        top_k,
+        top_p,
+    };
+    let rules = [
+        rule(0.0, None, 1.0),
+        rule(1.0, None, 1.0),
+        rule(0.7, None, 1.0),
+        rule(1.0, Some(1), 1.0),
+        rule(1.0, Some(5), 1.0),
+        rule(1.3, None, 0.5),
+        rule(0.8, Some(40), 0.8),
+        rule(1.0, Some(vocab + 10), 0.95),
+    ];
+    let mut rng = roll_core::rng::SplitMix64::new(5);
+    let (mut logits, mut draws) = (Vec::new(), Vec::new());
+    for row in &rows {
+        for rule in rules {
+            for _ in 0..12 {
+                logits.extend_from_slice(row);
+                draws.push(Draw {
+                    rule,
+                    u: rng.next_f64(),
+                });
+            }
+        }
+    }
+    let n = draws.len();
+    let got = sample(matrix(&logits, [n, vocab], &dev), &draws).unwrap();
+    let mut scratch = Vec::new();
+    let mut compared = 0;
+    for (i, (draw, got)) in draws.iter().zip(got).enumerate() {
+        let row = &logits[i * vocab..(i + 1) * vocab];
+        let want = draw.pick(row, &mut scratch).unwrap();
+        let got = got.unwrap();
+        let nudged = |du: f64| {
+            let d = Draw {
+                u: (draw.u + du).clamp(0.0, 1.0 - 1e-12),
+                ..*draw
+            };
+            d.pick(row, &mut Vec::new()).unwrap().id
+        };
+        if nudged(-1e-4) != want.id || nudged(1e-4) != want.id {
+            continue;
+        }
+        compared += 1;
+        assert_eq!(got.id, want.id, "draw {i}: {draw:?}");
+        assert!(
+            (got.logprob - want.logprob).abs() <= 1e-5,
+            "draw {i}: log-prob {} vs {}",
+            got.logprob,
+            want.logprob
+        );
+    }
+    assert!(
+        compared * 10 >= n * 9,
+        "only {compared} of {n} draws away from a boundary"
+    );
+
+    // A NaN row fails alone; a draw count that disagrees is refused.
+    let mut bad = rows[0].clone();
+    bad[17] = f32::NAN;
+    let two = [bad, rows[1].clone()].concat();
+    let draw = draws[20];
+    let picked = sample(matrix(&two, [2, vocab], &dev), &[draw, draw]).unwrap();
+    let err = picked[0].as_ref().unwrap_err().to_string();
+    assert!(err.contains("row 0 holds NaN"), "{err}");
+    assert!(picked[1].is_ok());
+    assert!(sample(matrix(&two, [2, vocab], &dev), &[draw]).is_err());
+}

@@ -26,6 +26,7 @@
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use super::paged::{BLOCK_TOKENS, PagedBlocks};
+use super::sampler::{Draw, SampledToken, pick_rows};
 use crate::models::{
     Architecture, CausalLm, Decoder, DecoderLayer, FeedForwardBlock, check_id, linear_rows,
     rms_norm_hf, with_decoder,
@@ -145,6 +146,46 @@ impl DeviceDecoder {
         Ok(m.logits(last.reshape([1, 1, hidden])).reshape([1, vocab]))
     }
 
+    /// Checks `inputs` against `cache`, reserves their blocks, runs each through the model and
+    /// hands `finish` their next-token logits (`[inputs, vocab]`, on the device); commits the new
+    /// positions if all of that succeeds, or gives the reservation back.
+    fn step<T>(
+        &self,
+        cache: &mut DeviceCache,
+        inputs: &[StepInput<'_>],
+        finish: impl FnOnce(Tensor<2>) -> Result<T>,
+    ) -> Result<T> {
+        if !self.fits(cache) {
+            return Err(BackendError::InvalidInput(format!(
+                "cache made for {} layers × {} kv heads × {} head_dim, model has {:?}",
+                cache.layers,
+                cache.kv_heads,
+                cache.head_dim,
+                self.shape()
+            )));
+        }
+        let vocab_size = self.vocab_size();
+        for input in inputs {
+            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
+                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
+            }
+        }
+        let reservation = cache.blocks.reserve(inputs)?;
+        let logits: Result<Vec<Tensor<2>>> =
+            inputs.iter().map(|input| self.run(cache, input)).collect();
+        match logits.and_then(|rows| finish(Tensor::cat(rows, 0))) {
+            Ok(out) => {
+                cache.blocks.commit(inputs);
+                Ok(out)
+            }
+            Err(e) => {
+                // Rows already written past a sequence's committed length are never read.
+                cache.blocks.rollback(reservation);
+                Err(e)
+            }
+        }
+    }
+
     /// Where `x` lives decides what runs the row-wise work.
     #[allow(clippy::unused_self)]
     fn path(&self, x: &Tensor<2>) -> Path {
@@ -195,44 +236,31 @@ impl DecodeBackend for DeviceDecoder {
     }
 
     fn forward(&self, cache: &mut DeviceCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
-        if !self.fits(cache) {
-            return Err(BackendError::InvalidInput(format!(
-                "cache made for {} layers × {} kv heads × {} head_dim, model has {:?}",
-                cache.layers,
-                cache.kv_heads,
-                cache.head_dim,
-                self.shape()
-            )));
-        }
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let vocab_size = self.vocab_size();
-        for input in inputs {
-            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
-                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
-            }
+        self.step(cache, inputs, read_rows)
+    }
+
+    /// On a cubecl device the logits never leave it: [`gpu::sample`](crate::gpu::sample) picks
+    /// each row's token there. Elsewhere, the host picks from the logits read back.
+    fn forward_sample(
+        &self,
+        cache: &mut DeviceCache,
+        inputs: &[StepInput<'_>],
+        draws: &[Option<Draw>],
+    ) -> Result<Vec<Option<Result<SampledToken>>>> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
         }
-        let reservation = cache.blocks.reserve(inputs)?;
-        let logits: Result<Vec<Tensor<2>>> =
-            inputs.iter().map(|input| self.run(cache, input)).collect();
-        let logits = logits.and_then(|rows| {
-            Tensor::cat(rows, 0)
-                .into_data()
-                .try_into_vec::<f32>()
-                .map_err(|e| BackendError::InvalidInput(format!("reading logits: {e:?}")))
-        });
-        match logits {
-            Ok(logits) => {
-                cache.blocks.commit(inputs);
-                Ok(logits)
+        let vocab = self.vocab_size();
+        self.step(cache, inputs, |logits| {
+            #[cfg(feature = "wgpu")]
+            if crate::gpu::on_cube_device(&logits) {
+                return sample_on_device(logits, draws);
             }
-            Err(e) => {
-                // Rows already written past a sequence's committed length are never read.
-                cache.blocks.rollback(reservation);
-                Err(e)
-            }
-        }
+            Ok(pick_rows(&read_rows(logits)?, vocab, draws))
+        })
     }
 
     fn release(&self, cache: &mut DeviceCache, seq: SeqId) {
@@ -549,6 +577,43 @@ impl<'a> Step<'a> {
             .reshape([1, 1, t, len])
             .expand([kv_heads, rep, t, len])
     }
+}
+
+/// The logits, read back to the host.
+fn read_rows(logits: Tensor<2>) -> Result<Vec<f32>> {
+    logits
+        .into_data()
+        .try_into_vec::<f32>()
+        .map_err(|e| BackendError::InvalidInput(format!("reading logits: {e:?}")))
+}
+
+/// The rows that have draws, sampled by the device kernel.
+#[cfg(feature = "wgpu")]
+fn sample_on_device(
+    logits: Tensor<2>,
+    draws: &[Option<Draw>],
+) -> Result<Vec<Option<Result<SampledToken>>>> {
+    let wanted: Vec<(usize, Draw)> = draws
+        .iter()
+        .enumerate()
+        .filter_map(|(row, d)| d.map(|d| (row, d)))
+        .collect();
+    let mut out: Vec<Option<Result<SampledToken>>> = draws.iter().map(|_| None).collect();
+    if wanted.is_empty() {
+        return Ok(out);
+    }
+    let device = logits.device();
+    let rows: Vec<i32> = wanted
+        .iter()
+        .map(|&(row, _)| i32::try_from(row).unwrap_or(i32::MAX))
+        .collect();
+    let index = Tensor::<1, Int>::from_data(TensorData::new(rows, [wanted.len()]), &device);
+    let draws: Vec<Draw> = wanted.iter().map(|&(_, d)| d).collect();
+    let picked = crate::gpu::sample(logits.select(0, index), &draws)?;
+    for (&(row, _), token) in wanted.iter().zip(picked) {
+        out[row] = Some(token);
+    }
+    Ok(out)
 }
 
 /// `product(x)` for a product that acts on each row of `x` (dimension `D − 2`) on its own, with a
