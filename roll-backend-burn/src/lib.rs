@@ -58,7 +58,7 @@ mod chat_template;
 mod device;
 pub mod engine;
 mod error;
-#[cfg(feature = "wgpu")]
+#[cfg(feature = "gpu-kernels")]
 pub mod gpu;
 pub mod hf;
 pub mod models;

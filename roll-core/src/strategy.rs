@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// A device named in a config: `cpu`, `cuda` (= `cuda:0`), `cuda:N`, `vulkan:N`. Backends map it
-/// to their own device type.
+/// A device named in a config: `cpu`, `cuda` (= `cuda:0`), `cuda:N`, `vulkan:N` (`vulkan`, `wgpu`
+/// and `wgpu:N` are the same devices: Burn's wgpu backend on Vulkan). Backends map it to their
+/// own device type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DeviceSpec {
     /// The host CPU (the default).
@@ -18,7 +19,7 @@ pub enum DeviceSpec {
     Vulkan(usize),
 }
 
-const DEVICE_FORMS: &str = "`cpu`, `cuda`, `cuda:N` or `vulkan:N` (N = GPU index)";
+const DEVICE_FORMS: &str = "`cpu`, `cuda`, `cuda:N`, `wgpu` or `vulkan:N` (N = GPU index)";
 
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -38,10 +39,10 @@ impl FromStr for DeviceSpec {
         let parsed = match s {
             "cpu" => Some(Self::Cpu),
             "cuda" => Some(Self::Cuda(0)),
-            "vulkan" => Some(Self::Vulkan(0)),
+            "vulkan" | "wgpu" => Some(Self::Vulkan(0)),
             _ => match s.split_once(':') {
                 Some(("cuda", n)) => index(n).map(Self::Cuda),
-                Some(("vulkan", n)) => index(n).map(Self::Vulkan),
+                Some(("vulkan" | "wgpu", n)) => index(n).map(Self::Vulkan),
                 _ => None,
             },
         };
@@ -208,6 +209,11 @@ mod tests {
             assert_eq!(s.parse::<DeviceSpec>().unwrap().to_string(), s);
         }
         assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
+        assert_eq!("wgpu".parse::<DeviceSpec>().unwrap(), DeviceSpec::Vulkan(0));
+        assert_eq!(
+            "wgpu:2".parse::<DeviceSpec>().unwrap(),
+            DeviceSpec::Vulkan(2)
+        );
         for bad in ["tpu:0", "gpu", "cuda:", "cuda:x", "cuda:-1", "CPU"] {
             let err = bad.parse::<DeviceSpec>().unwrap_err().to_string();
             assert!(

@@ -5,50 +5,14 @@ use crate::engine::{Draw, SampledToken};
 use crate::train::adamw::Constants;
 use crate::{BackendError, Result};
 use burn::backend::Cube;
-use burn::tensor::wgpu::WgpuBackend;
-use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::{CubeCount, CubeDim};
-use std::sync::OnceLock;
 
 /// Units per cube of the row kernels (a power of two).
 const ROW_UNITS: usize = 128;
 /// Units per cube of the element-wise kernels.
 const ELEMENT_UNITS: u32 = 256;
-
-/// The wgpu device on Vulkan: `index` 0 is the best adapter the machine has (a discrete GPU if
-/// there is one; on a machine without a GPU, Mesa's lavapipe), `index` N ≥ 1 the N-th discrete
-/// GPU. Initialised once per process; later calls return the same device.
-///
-/// # Errors
-/// [`BackendError::InvalidInput`] if no Vulkan adapter answers (no GPU driver, no
-/// `mesa-vulkan-drivers`).
-pub fn vulkan_device(index: usize) -> Result<Device> {
-    static DEVICES: OnceLock<std::sync::Mutex<Vec<(usize, Device)>>> = OnceLock::new();
-    let devices = DEVICES.get_or_init(Default::default);
-    let mut devices = devices
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, device)) = devices.iter().find(|(i, _)| *i == index) {
-        return Ok(device.clone());
-    }
-    let kind = match index {
-        0 => DeviceKind::DefaultDevice,
-        n => DeviceKind::DiscreteGpu(n),
-    };
-    let device = Device::wgpu_options()
-        .graphics_api(WgpuBackend::Vulkan)
-        .device_kind(kind)
-        .init()
-        .map_err(|e| {
-            BackendError::InvalidInput(format!(
-                "no Vulkan adapter for vulkan:{index} ({e}); on a machine without a GPU, \
-                 install Mesa's lavapipe (Debian `mesa-vulkan-drivers`)"
-            ))
-        })?;
-    devices.push((index, device.clone()));
-    Ok(device)
-}
 
 /// The cubecl tensor under `tensor`, checked to be a contiguous f32 (or, for `ints`, i32) buffer.
 fn cube<const D: usize, K>(tensor: Tensor<D, K>, what: &str) -> Result<CubeTensor>

@@ -120,7 +120,7 @@ impl Constants {
 
     /// For a device kernel: `[β₁, β₂, 1−β₁, 1−β₂, c₁, c₂, ε, decay, lr, scale]`, a missing decay
     /// and scale as 1 (multiplying by 1 changes no bit, so the update is the same).
-    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    #[cfg_attr(not(feature = "gpu-kernels"), allow(dead_code))]
     pub(crate) fn as_array(&self) -> [f32; 10] {
         [
             self.beta_1,
@@ -194,7 +194,7 @@ impl Optimizer for FusedAdamW {
         let time = state.as_ref().map_or(1, |s| s.momentum.time + 1);
         let c = Constants::new(self, lr, time);
         // On a GPU the same update runs as one kernel over the device buffers.
-        #[cfg(feature = "wgpu")]
+        #[cfg(feature = "gpu-kernels")]
         if dtype == DType::F32 && crate::gpu::on_cube_device(&tensor) {
             let (m, v) = match state {
                 Some(s) => (s.momentum.moment_1, s.momentum.moment_2),

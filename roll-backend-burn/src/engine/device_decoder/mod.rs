@@ -189,7 +189,7 @@ impl DeviceDecoder {
     /// Where `x` lives decides what runs the row-wise work.
     #[allow(clippy::unused_self)]
     fn path(&self, x: &Tensor<2>) -> Path {
-        #[cfg(feature = "wgpu")]
+        #[cfg(feature = "gpu-kernels")]
         if crate::gpu::on_cube_device(x) {
             return Path::Cube;
         }
@@ -255,7 +255,7 @@ impl DecodeBackend for DeviceDecoder {
         }
         let vocab = self.vocab_size();
         self.step(cache, inputs, |logits| {
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             if crate::gpu::on_cube_device(&logits) {
                 return sample_on_device(logits, draws);
             }
@@ -278,7 +278,7 @@ enum Path {
     /// Burn's tensor ops, on any device.
     Burn,
     /// roll's CubeCL kernels, on a cubecl device.
-    #[cfg(feature = "wgpu")]
+    #[cfg(feature = "gpu-kernels")]
     Cube,
 }
 
@@ -287,7 +287,7 @@ impl Path {
     fn norm(self, x: Tensor<2>, norm: &RmsNorm) -> Result<Tensor<2>> {
         match self {
             Self::Burn => Ok(rms_norm_hf(norm, x)),
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             Self::Cube => crate::gpu::rms_norm(x, norm.gamma.val(), norm.epsilon as f32),
         }
     }
@@ -304,7 +304,7 @@ impl Path {
                 let sum = x + residual;
                 Ok((sum.clone(), rms_norm_hf(norm, sum)))
             }
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             Self::Cube => {
                 crate::gpu::rms_norm_residual(x, residual, norm.gamma.val(), norm.epsilon as f32)
             }
@@ -315,7 +315,7 @@ impl Path {
     fn linear(self, linear: &Linear, x: Tensor<2>) -> Tensor<2> {
         match self {
             Self::Burn => two_rows_at_least(x, |x| linear_rows(linear, x)),
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             Self::Cube => linear_rows(linear, x),
         }
     }
@@ -324,7 +324,7 @@ impl Path {
     fn swiglu(self, gate: Tensor<2>, up: Tensor<2>) -> Result<Tensor<2>> {
         match self {
             Self::Burn => Ok(burn::tensor::activation::silu(gate) * up),
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             Self::Cube => crate::gpu::silu_mul(gate, up),
         }
     }
@@ -353,7 +353,7 @@ enum RopeTables {
         signed_sin: Tensor<3>,
     },
     /// `[tokens, head_dim / 2]`, as [`gpu::rope`](crate::gpu::rope) reads them.
-    #[cfg(feature = "wgpu")]
+    #[cfg(feature = "gpu-kernels")]
     Half { cos: Tensor<2>, sin: Tensor<2> },
 }
 
@@ -393,7 +393,7 @@ impl<'a> Step<'a> {
                     signed_sin: full(&sin, -1.0),
                 }
             }
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             Path::Cube => {
                 let table = |values: Vec<f32>| {
                     Tensor::<2>::from_data(TensorData::new(values, [tokens, half]), device)
@@ -492,7 +492,7 @@ impl<'a> Step<'a> {
                 );
                 Ok((x * cos.clone() + swapped * signed_sin.clone()).reshape([n, d]))
             }
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             RopeTables::Half { cos, sin } => {
                 let positions: Vec<usize> = (0..self.tokens).collect();
                 crate::gpu::rope(x, heads, &positions, cos.clone(), sin.clone())
@@ -550,7 +550,7 @@ impl<'a> Step<'a> {
                     .permute([2, 0, 1, 3])
                     .reshape([t, heads * d]))
             }
-            #[cfg(feature = "wgpu")]
+            #[cfg(feature = "gpu-kernels")]
             Path::Cube => crate::gpu::paged_attention(
                 q,
                 k_pool.clone(),
@@ -588,7 +588,7 @@ fn read_rows(logits: Tensor<2>) -> Result<Vec<f32>> {
 }
 
 /// The rows that have draws, sampled by the device kernel.
-#[cfg(feature = "wgpu")]
+#[cfg(feature = "gpu-kernels")]
 fn sample_on_device(
     logits: Tensor<2>,
     draws: &[Option<Draw>],
