@@ -38,7 +38,7 @@ pub struct SamplingRule {
 
 /// One token's draw: the rule and the uniform number in `[0, 1)` it consumes. Taken from a
 /// [`TokenSampler`] before the logits exist, so that whoever holds the logits — the host, or a
-/// device kernel ([`gpu::sample`](crate::gpu::sample)) — can pick the token.
+/// device kernel (`gpu::sample`) — can pick the token.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Draw {
     /// How the token is picked.

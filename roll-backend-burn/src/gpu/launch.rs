@@ -300,7 +300,7 @@ const ATTENTION_UNITS: usize = 32;
 /// rotated) over keys and values read from paged pools (`[pool_rows, kv_heads · head_dim]`):
 /// the query of token `i` sits at position `start + i` and attends to positions `0 ..= start + i`,
 /// whose pool rows `rows` (an i32 vector of `start + tokens` rows) gives. Scores are scaled by
-/// `scale`. Returns `[tokens · heads, head_dim]`. See [`kernels::paged_attention`].
+/// `scale`. Returns `[tokens · heads, head_dim]`. See the kernel `paged_attention` (`gpu/kernels.rs`).
 ///
 /// # Errors
 /// Tensors not on a cubecl device or not f32, `rows` not i32, or shapes that disagree (heads not
@@ -319,9 +319,9 @@ pub fn paged_attention(
     let [n, head_dim] = q.dims();
     let [pool_rows, width] = k_pool.dims();
     let [len] = rows.dims();
-    let tokens = if heads == 0 { 0 } else { n / heads };
+    let tokens = n.checked_div(heads).unwrap_or(0);
     if kv_heads == 0
-        || heads % kv_heads != 0
+        || !heads.is_multiple_of(kv_heads)
         || tokens * heads != n
         || tokens == 0
         || width != kv_heads * head_dim
@@ -378,7 +378,7 @@ pub fn paged_attention(
 /// [`Draw::pick`] picks it on the host — same rule, same uniform number, so a seeded request
 /// draws the same tokens wherever its logits are (up to the rounding of sums near a boundary of
 /// the cumulative distribution) — with its temperature-1 log-prob. Two numbers per row come back
-/// instead of the row. See [`kernels::sample_rows`].
+/// instead of the row. See the kernel `sample_rows` (`gpu/kernels.rs`).
 ///
 /// # Errors
 /// Logits not on a cubecl device or not f32, or not one draw per row; a row holding NaN fails

@@ -8,7 +8,7 @@
 //! device).
 //!
 //! Each kernel is a `#[cube(launch)]` function over Burn's own cubecl tensors: a wrapper takes
-//! Burn [`Tensor`]s on a cubecl device (wgpu, or CUDA where it can be built — Burn's `Cube`
+//! Burn [`Tensor`](burn::tensor::Tensor)s on a cubecl device (wgpu, or CUDA where it can be built — Burn's `Cube`
 //! backend is one type for every cubecl runtime), launches the kernel on their buffers and hands
 //! the result back as a Burn tensor, so callers mix these kernels with Burn's matmul and
 //! everything else. Every kernel has a CPU reference, and the tests run them on whatever Vulkan

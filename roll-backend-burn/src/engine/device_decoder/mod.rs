@@ -12,10 +12,11 @@
 //! The arithmetic is the model's own: its weights, its [`linear_rows`] projections, its
 //! feed-forward block (dense SwiGLU or routed experts), its LM head. What runs the row-wise
 //! pieces depends on the device:
-//! - on a cubecl device (feature `wgpu`), roll's CubeCL kernels ([`crate::gpu`]): RMSNorm (and the
-//!   residual add fused into the next norm), rotary embedding, SwiGLU, and attention read straight
-//!   from the pages ([`gpu::paged_attention`](crate::gpu::paged_attention), online softmax, no
-//!   `[t, t]` scores written);
+//! - on a cubecl device (features `wgpu`, `cuda`), roll's CubeCL kernels (module `gpu`): RMSNorm
+//!   (and the residual add fused into the next norm), rotary embedding, SwiGLU, attention read
+//!   straight from the pages (`gpu::paged_attention`, online softmax, no `[t, t]` scores
+//!   written), and the sampling of each row's token (`gpu::sample`), so that logits stay on the
+//!   device;
 //! - anywhere else, Burn's tensor ops: the sequence's rows gathered from the pools, then
 //!   matmul, masked softmax, matmul.
 //!
@@ -130,7 +131,7 @@ impl DeviceDecoder {
         let hidden = m.config.decoder().hidden_size;
         let mut x = m.model.embed_tokens.forward(ids).reshape([t, hidden]);
         let step = Step::new(
-            self.path(&x),
+            Path::of(&x),
             input.start,
             t,
             rows,
@@ -185,17 +186,6 @@ impl DeviceDecoder {
             }
         }
     }
-
-    /// Where `x` lives decides what runs the row-wise work.
-    #[allow(clippy::unused_self)]
-    fn path(&self, x: &Tensor<2>) -> Path {
-        #[cfg(feature = "gpu-kernels")]
-        if crate::gpu::on_cube_device(x) {
-            return Path::Cube;
-        }
-        let _ = x;
-        Path::Burn
-    }
 }
 
 impl DecodeBackend for DeviceDecoder {
@@ -242,7 +232,7 @@ impl DecodeBackend for DeviceDecoder {
         self.step(cache, inputs, read_rows)
     }
 
-    /// On a cubecl device the logits never leave it: [`gpu::sample`](crate::gpu::sample) picks
+    /// On a cubecl device the logits never leave it: `gpu::sample` picks
     /// each row's token there. Elsewhere, the host picks from the logits read back.
     fn forward_sample(
         &self,
@@ -283,6 +273,16 @@ enum Path {
 }
 
 impl Path {
+    /// Where `x` lives decides what runs the row-wise work.
+    fn of(x: &Tensor<2>) -> Self {
+        #[cfg(feature = "gpu-kernels")]
+        if crate::gpu::on_cube_device(x) {
+            return Self::Cube;
+        }
+        let _ = x;
+        Self::Burn
+    }
+
     /// HF RMSNorm of each row of `x` (`[rows, d]`).
     fn norm(self, x: Tensor<2>, norm: &RmsNorm) -> Result<Tensor<2>> {
         match self {
@@ -352,7 +352,7 @@ enum RopeTables {
         cos: Tensor<3>,
         signed_sin: Tensor<3>,
     },
-    /// `[tokens, head_dim / 2]`, as [`gpu::rope`](crate::gpu::rope) reads them.
+    /// `[tokens, head_dim / 2]`, as `gpu::rope` reads them.
     #[cfg(feature = "gpu-kernels")]
     Half { cos: Tensor<2>, sin: Tensor<2> },
 }
