@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
                     let logits = decoder.forward(&mut cache, &step).expect("decode");
                     // Roll the step back so every iteration decodes at the same context.
                     for s in &step {
-                        cache.truncate(s.seq, CONTEXT);
+                        decoder.truncate(&mut cache, s.seq, CONTEXT);
                     }
                     logits
                 })

@@ -114,7 +114,7 @@ impl PagedBlocks {
     /// no longer hold any; the next forward of `seq` starts at `len`. Nothing happens if `seq`
     /// holds `len` positions or fewer. Useful to roll back tokens (and to benchmark a decode step
     /// at a fixed context length).
-    pub fn truncate(&mut self, seq: SeqId, len: usize) {
+    pub(crate) fn truncate(&mut self, seq: SeqId, len: usize) {
         if let Some(e) = self.seqs.get_mut(&seq)
             && len < e.len
         {

@@ -14,7 +14,7 @@
 //! Writes (one token, every kv head) are scattered instead, but a token is written once per layer
 //! and read by every later token.
 
-use super::super::backend::{CacheConfig, SeqId};
+use super::super::backend::CacheConfig;
 pub use super::super::paged::BLOCK_TOKENS;
 use super::super::paged::PagedBlocks;
 use crate::{BackendError, Result};
@@ -84,29 +84,9 @@ impl CpuCache {
         })
     }
 
-    /// Positions cached for `seq` (0 if it has none).
-    pub fn cached_len(&self, seq: SeqId) -> usize {
-        self.blocks.cached_len(seq)
-    }
-
-    /// Sequences holding cache entries.
-    pub fn num_seqs(&self) -> usize {
-        self.blocks.num_seqs()
-    }
-
-    /// Blocks not held by any sequence.
-    pub fn free_blocks(&self) -> usize {
-        self.blocks.free_blocks()
-    }
-
-    /// Blocks in the pool.
-    pub fn total_blocks(&self) -> usize {
-        self.blocks.total_blocks()
-    }
-
-    /// See [`PagedBlocks::truncate`].
-    pub fn truncate(&mut self, seq: SeqId, len: usize) {
-        self.blocks.truncate(seq, len);
+    /// Which blocks each sequence holds.
+    pub fn blocks(&self) -> &PagedBlocks {
+        &self.blocks
     }
 
     /// Stores the key and value of kv head `g` at position `pos` of a sequence with block table

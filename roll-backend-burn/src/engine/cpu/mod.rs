@@ -602,7 +602,7 @@ impl DecodeBackend for CpuDecoder {
     }
 
     fn truncate(&self, cache: &mut CpuCache, seq: SeqId, len: usize) {
-        cache.truncate(seq, len);
+        cache.blocks.truncate(seq, len);
     }
 }
 

@@ -20,7 +20,7 @@ fn prefill_last_logits_match_full_forward() {
             let d = max_abs_diff(&got, want);
             worst = worst.max(d);
             assert!(d <= tolerance(want), "{name} seq {i}: max diff {d}");
-            assert_eq!(cache.cached_len(SeqId(i as u64)), seq.len());
+            assert_eq!(cache.blocks().cached_len(SeqId(i as u64)), seq.len());
         }
         println!("{name}: prefill max |Δlogit| = {worst:e}");
     }
@@ -182,28 +182,28 @@ fn released_blocks_are_reused_and_give_the_same_results() {
     let v = dec.vocab_size();
     // 2 sequences, 64 tokens: 4 + 2 blocks.
     let mut cache = dec.new_cache(&cache_config(2, 64)).unwrap();
-    assert_eq!(cache.total_blocks(), 6);
+    assert_eq!(cache.blocks().total_blocks(), 6);
     let a = ids(33, v, 1); // 3 blocks
     let b = ids(48, v, 2); // 3 blocks
     let first = dec
         .forward(&mut cache, &[step(1, &a, 0), step(2, &b, 0)])
         .unwrap();
-    assert_eq!(cache.free_blocks(), 0);
-    assert_eq!(cache.num_seqs(), 2);
+    assert_eq!(cache.blocks().free_blocks(), 0);
+    assert_eq!(cache.blocks().num_seqs(), 2);
     // Full: a third sequence is refused, and so is a token that needs a fourth block.
     let err = dec.forward(&mut cache, &[step(3, &a[..1], 0)]).unwrap_err();
     assert!(err.to_string().contains("max_seqs"), "{err}");
     let err = dec.forward(&mut cache, &[step(1, &[1], 33), step(2, &[1], 48)]);
     assert!(err.unwrap_err().to_string().contains("cache full"));
     // Still consistent after the refusals.
-    assert_eq!(cache.cached_len(SeqId(1)), 33);
-    assert_eq!(cache.cached_len(SeqId(2)), 48);
-    assert_eq!(cache.free_blocks(), 0);
+    assert_eq!(cache.blocks().cached_len(SeqId(1)), 33);
+    assert_eq!(cache.blocks().cached_len(SeqId(2)), 48);
+    assert_eq!(cache.blocks().free_blocks(), 0);
 
     dec.release(&mut cache, SeqId(1));
     dec.release(&mut cache, SeqId(77)); // unknown: ignored
-    assert_eq!(cache.free_blocks(), 3);
-    assert_eq!(cache.cached_len(SeqId(1)), 0);
+    assert_eq!(cache.blocks().free_blocks(), 3);
+    assert_eq!(cache.blocks().cached_len(SeqId(1)), 0);
     // Reuse the freed blocks for the old id from scratch, then for a new id.
     let again = dec.forward(&mut cache, &[step(1, &a, 0)]).unwrap();
     assert_eq!(
@@ -212,9 +212,9 @@ fn released_blocks_are_reused_and_give_the_same_results() {
         "same id, reused blocks, same logits"
     );
     // Truncation rolls positions back and frees the emptied block.
-    cache.truncate(SeqId(1), 20);
-    assert_eq!(cache.cached_len(SeqId(1)), 20);
-    assert_eq!(cache.free_blocks(), 1);
+    dec.truncate(&mut cache, SeqId(1), 20);
+    assert_eq!(cache.blocks().cached_len(SeqId(1)), 20);
+    assert_eq!(cache.blocks().free_blocks(), 1);
     let redo = dec.forward(&mut cache, &[step(1, &a[20..], 20)]).unwrap();
     assert_eq!(redo, first[..v].to_vec(), "re-decoding after truncate");
     dec.release(&mut cache, SeqId(1));
@@ -225,10 +225,10 @@ fn released_blocks_are_reused_and_give_the_same_results() {
     let want = full_logits(&model, &[b.as_slice(), &[7]].concat());
     let got = dec.forward(&mut cache, &[step(2, &[7], 48)]).unwrap();
     assert!(max_abs_diff(&got, &want[48 * v..]) <= 1e-4);
-    assert_eq!(cache.free_blocks(), 2);
+    assert_eq!(cache.blocks().free_blocks(), 2);
     dec.release(&mut cache, SeqId(2));
-    assert_eq!(cache.free_blocks(), 6);
-    assert_eq!(cache.num_seqs(), 0);
+    assert_eq!(cache.blocks().free_blocks(), 6);
+    assert_eq!(cache.blocks().num_seqs(), 0);
 }
 
 #[test]
@@ -238,11 +238,11 @@ fn bad_inputs_are_rejected_and_leave_the_cache_untouched() {
     let mut cache = dec.new_cache(&cache_config(3, 40)).unwrap();
     let a = ids(20, v, 3);
     dec.forward(&mut cache, &[step(1, &a, 0)]).unwrap();
-    let free = cache.free_blocks();
+    let free = cache.blocks().free_blocks();
     let check = |cache: &CpuCache| {
-        assert_eq!(cache.cached_len(SeqId(1)), 20);
-        assert_eq!(cache.num_seqs(), 1);
-        assert_eq!(cache.free_blocks(), free);
+        assert_eq!(cache.blocks().cached_len(SeqId(1)), 20);
+        assert_eq!(cache.blocks().num_seqs(), 1);
+        assert_eq!(cache.blocks().free_blocks(), free);
     };
 
     let msg = |r: Result<Vec<f32>>| r.unwrap_err().to_string();

@@ -62,24 +62,9 @@ pub struct DeviceCache {
 }
 
 impl DeviceCache {
-    /// Positions cached for `seq` (0 if it has none).
-    pub fn cached_len(&self, seq: SeqId) -> usize {
-        self.blocks.cached_len(seq)
-    }
-
-    /// Sequences holding cache entries.
-    pub fn num_seqs(&self) -> usize {
-        self.blocks.num_seqs()
-    }
-
-    /// Blocks not held by any sequence.
-    pub fn free_blocks(&self) -> usize {
-        self.blocks.free_blocks()
-    }
-
-    /// Blocks in the pool.
-    pub fn total_blocks(&self) -> usize {
-        self.blocks.total_blocks()
+    /// Which blocks each sequence holds.
+    pub fn blocks(&self) -> &PagedBlocks {
+        &self.blocks
     }
 }
 

@@ -37,7 +37,7 @@ fn prefill_and_incremental_decode_match_full_forwards() {
             let last = &want[(seq.len() - 1) * v..];
             let d = max_abs_diff(&got, last);
             assert!(d <= tolerance(last), "{name} seq {i} prefill: {d}");
-            assert_eq!(cache.cached_len(SeqId(id)), seq.len());
+            assert_eq!(cache.blocks().cached_len(SeqId(id)), seq.len());
             // A prefix, then chunks of 5 (across block boundaries), then one token at a time.
             let mut cache = dec.new_cache(&cache_config(2, 128)).unwrap();
             let mut p = 0;
@@ -96,21 +96,30 @@ fn released_and_truncated_blocks_are_reused_with_the_same_results() {
     let v = dec.vocab_size();
     // 2 sequences, 64 tokens: 4 + 2 blocks.
     let mut cache = dec.new_cache(&cache_config(2, 64)).unwrap();
-    assert_eq!(cache.total_blocks(), 6);
+    assert_eq!(cache.blocks().total_blocks(), 6);
     let (a, b) = (ids(33, v, 1), ids(48, v, 2));
     let first = dec
         .forward(&mut cache, &[step(1, &a, 0), step(2, &b, 0)])
         .unwrap();
-    assert_eq!((cache.free_blocks(), cache.num_seqs()), (0, 2));
+    assert_eq!(
+        (cache.blocks().free_blocks(), cache.blocks().num_seqs()),
+        (0, 2)
+    );
     // Rewinding rewrites the positions it dropped: same logits from the same tokens.
     dec.truncate(&mut cache, SeqId(1), 20);
-    assert_eq!((cache.cached_len(SeqId(1)), cache.free_blocks()), (20, 1));
+    assert_eq!(
+        (
+            cache.blocks().cached_len(SeqId(1)),
+            cache.blocks().free_blocks()
+        ),
+        (20, 1)
+    );
     let redo = dec.forward(&mut cache, &[step(1, &a[20..], 20)]).unwrap();
     assert_eq!(redo, first[..v]);
     // Freed blocks hold stale keys; a new sequence on them sees only its own.
     dec.release(&mut cache, SeqId(1));
     dec.release(&mut cache, SeqId(77)); // unknown: ignored
-    assert_eq!(cache.free_blocks(), 3);
+    assert_eq!(cache.blocks().free_blocks(), 3);
     let c = dec.forward(&mut cache, &[step(5, &a, 0)]).unwrap();
     assert_eq!(c, first[..v]);
     dec.release(&mut cache, SeqId(5));
@@ -119,7 +128,10 @@ fn released_and_truncated_blocks_are_reused_with_the_same_results() {
     let got = dec.forward(&mut cache, &[step(2, &[7], 48)]).unwrap();
     assert!(max_abs_diff(&got, &want[48 * v..]) <= 1e-4);
     dec.release(&mut cache, SeqId(2));
-    assert_eq!((cache.free_blocks(), cache.num_seqs()), (6, 0));
+    assert_eq!(
+        (cache.blocks().free_blocks(), cache.blocks().num_seqs()),
+        (6, 0)
+    );
 }
 
 #[test]
@@ -130,10 +142,13 @@ fn bad_inputs_are_rejected_and_leave_the_cache_untouched() {
     let mut cache = dec.new_cache(&cache_config(2, 40)).unwrap();
     let a = ids(20, v, 3);
     let before = dec.forward(&mut cache, &[step(1, &a[..19], 0)]).unwrap();
-    let free = cache.free_blocks();
+    let free = cache.blocks().free_blocks();
     let check = |cache: &DeviceCache| {
-        assert_eq!(cache.cached_len(SeqId(1)), 19);
-        assert_eq!((cache.num_seqs(), cache.free_blocks()), (1, free));
+        assert_eq!(cache.blocks().cached_len(SeqId(1)), 19);
+        assert_eq!(
+            (cache.blocks().num_seqs(), cache.blocks().free_blocks()),
+            (1, free)
+        );
     };
     let msg = |r: Result<Vec<f32>>| r.unwrap_err().to_string();
     let e = msg(dec.forward(&mut cache, &[step(2, &a[..2], 0), step(1, &[3], 18)]));
