@@ -10,7 +10,8 @@
 //! (each turn prefills the whole conversation so far).
 //!
 //! `cargo bench --bench generate` (measure with the machine otherwise idle).
-//! `ROLL_BENCH_DECODER=burn` measures the portable decoder instead of the automatic choice.
+//! `ROLL_BENCH_DECODER=device` measures the device decoder (a paged cache in Burn tensors, on the
+//! CPU here) and `ROLL_BENCH_DECODER=burn` the recomputing oracle instead of the automatic choice.
 
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
@@ -125,13 +126,13 @@ fn bench_multi_turn(c: &mut Criterion) {
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
     let models = bench_models(&device);
-    let force_burn = std::env::var("ROLL_BENCH_DECODER").is_ok_and(|v| v == "burn");
+    let forced = match std::env::var("ROLL_BENCH_DECODER").as_deref() {
+        Ok("burn") => Some(DecoderKind::Burn),
+        Ok("device") => Some(DecoderKind::Device),
+        _ => None,
+    };
     for (name, model) in &models {
-        let kind = if force_burn {
-            DecoderKind::Burn
-        } else {
-            DecoderKind::auto(model, &device)
-        };
+        let kind = forced.unwrap_or_else(|| DecoderKind::auto(model, &device));
         let mut group = c.benchmark_group(format!("generate_{name}_p16_n64"));
         group.sample_size(10);
         for batch in [1usize, 8, 32, 64] {
