@@ -389,13 +389,7 @@ fn decoder_choice_and_the_moe_fallback() {
         DecoderKind::Cpu
     );
 
-    let mut c = roll_backend_burn::HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
-    c.num_key_value_heads = Some(2);
-    c.head_dim = Some(24);
-    c.num_experts = Some(4);
-    c.num_experts_per_tok = Some(2);
-    c.moe_intermediate_size = Some(32);
-    let moe = CausalLm::init(&c, &device).unwrap();
+    let moe = CausalLm::init(&support::qwen3_moe_config(), &device).unwrap();
     assert_eq!(DecoderKind::auto(&moe, &device), DecoderKind::Device);
     assert!(
         Engine::with_decoder(

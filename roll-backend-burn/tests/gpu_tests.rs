@@ -13,7 +13,7 @@ use burn::module::Module;
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
 use roll_backend_burn::gpu::vulkan_device;
 use roll_backend_burn::train::{Trainer, TrainerConfig};
-use roll_backend_burn::{CausalLm, Device, HfConfig, load_model};
+use roll_backend_burn::{CausalLm, Device, load_model};
 use roll_core::policy::{Generation, GenerationRequest, Objective, SamplingParams};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 
@@ -177,12 +177,7 @@ fn the_engine_generates_the_cpu_decoders_greedy_tokens_on_the_gpu() {
 /// oracle on the CPU.
 #[test]
 fn a_mixture_of_experts_decodes_on_the_gpu_as_the_oracle_does() {
-    let mut c = HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
-    c.num_key_value_heads = Some(2);
-    c.head_dim = Some(24);
-    c.num_experts = Some(4);
-    c.num_experts_per_tok = Some(2);
-    c.moe_intermediate_size = Some(32);
+    let mut c = support::qwen3_moe_config();
     c.mlp_only_layers = Some(vec![0]);
     let cpu = Device::flex();
     let model = CausalLm::init(&c, &cpu).unwrap();

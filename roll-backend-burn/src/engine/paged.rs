@@ -15,6 +15,95 @@ use std::collections::{HashMap, HashSet};
 /// Positions per cache block.
 pub const BLOCK_TOKENS: usize = 16;
 
+/// What a paged cache is shaped for: layers × key/value heads × head width. A cache serves the
+/// weights of any model of its shape (new weights continue sequences cached by old ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheShape {
+    /// Decoder layers.
+    pub layers: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Per-head width.
+    pub head_dim: usize,
+}
+
+impl std::fmt::Display for CacheShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} layers × {} kv heads × {} head_dim",
+            self.layers, self.kv_heads, self.head_dim
+        )
+    }
+}
+
+impl CacheShape {
+    /// f32 elements of one layer's key (or value) pool over `blocks`, checked so that every
+    /// pool of the cache together stays addressable in bytes.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] naming `config` if it does not.
+    pub(crate) fn pool_len(&self, blocks: &PagedBlocks, config: &CacheConfig) -> Result<usize> {
+        blocks
+            .total_blocks()
+            .checked_mul(BLOCK_TOKENS * self.kv_heads * self.head_dim)
+            .filter(|n| n.checked_mul(2 * self.layers * 4).is_some())
+            .ok_or_else(|| {
+                BackendError::InvalidInput(format!("a cache of {config:?} is too large to address"))
+            })
+    }
+}
+
+/// A cache whose positions are paged by [`PagedBlocks`], for [`checked_step`].
+pub(crate) trait PagedCache {
+    /// What the cache is shaped for.
+    fn shape(&self) -> CacheShape;
+    /// Its block tables.
+    fn blocks_mut(&mut self) -> &mut PagedBlocks;
+}
+
+/// The checks and bookkeeping around one forward call of a paged decoder, the same for all of
+/// them: refuses a cache of another shape than `model` and token ids outside `vocab`, reserves
+/// the blocks the inputs need, runs `run`, and commits the new positions if it succeeds — or
+/// gives the reservation back (rows written past a sequence's committed length are never read).
+///
+/// # Errors
+/// [`BackendError::InvalidInput`] for a cache of another shape or one without room (see
+/// [`PagedBlocks::reserve`]), [`BackendError::TokenOutOfVocab`], or `run`'s error.
+pub(crate) fn checked_step<C: PagedCache, T>(
+    cache: &mut C,
+    model: CacheShape,
+    vocab: usize,
+    inputs: &[StepInput<'_>],
+    run: impl FnOnce(&mut C) -> Result<T>,
+) -> Result<T> {
+    if cache.shape() != model {
+        return Err(BackendError::InvalidInput(format!(
+            "cache made for {}, model has {model}",
+            cache.shape()
+        )));
+    }
+    for input in inputs {
+        if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(BackendError::TokenOutOfVocab {
+                id,
+                vocab_size: vocab,
+            });
+        }
+    }
+    let reservation = cache.blocks_mut().reserve(inputs)?;
+    match run(cache) {
+        Ok(out) => {
+            cache.blocks_mut().commit(inputs);
+            Ok(out)
+        }
+        Err(e) => {
+            cache.blocks_mut().rollback(reservation);
+            Err(e)
+        }
+    }
+}
+
 /// The cached positions of one sequence.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SeqEntry {

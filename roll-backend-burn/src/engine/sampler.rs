@@ -91,11 +91,6 @@ impl TokenSampler {
         })
     }
 
-    /// Whether this sampler always takes the most likely token (temperature 0 or top-k 1).
-    pub fn is_greedy(&self) -> bool {
-        self.rule.is_greedy()
-    }
-
     /// The next token's draw. Consumes exactly one random number, even when greedy, so a
     /// request's stream does not depend on its settings' history.
     pub fn next_draw(&mut self) -> Draw {

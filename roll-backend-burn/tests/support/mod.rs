@@ -14,6 +14,18 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A small Qwen3-MoE: vocabulary 97, hidden 64, 2 layers, GQA 4/2, head_dim 24, four experts of
+/// width 32, two per token.
+pub fn qwen3_moe_config() -> roll_backend_burn::HfConfig {
+    let mut c = roll_backend_burn::HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(24);
+    c.num_experts = Some(4);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(32);
+    c
+}
+
 /// A little-endian f32 `.npy` (v1/v2): its shape and data.
 pub fn read_npy(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

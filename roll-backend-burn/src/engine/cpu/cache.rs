@@ -16,7 +16,7 @@
 
 use super::super::backend::CacheConfig;
 pub use super::super::paged::BLOCK_TOKENS;
-use super::super::paged::PagedBlocks;
+use super::super::paged::{CacheShape, PagedBlocks, PagedCache};
 use crate::{BackendError, Result};
 
 /// A paged key/value cache for [`CpuDecoder`](super::CpuDecoder).
@@ -27,9 +27,7 @@ use crate::{BackendError, Result};
 /// for want of blocks.
 #[derive(Debug)]
 pub struct CpuCache {
-    pub(crate) layers: usize,
-    pub(crate) kv_heads: usize,
-    pub(crate) head_dim: usize,
+    pub(crate) shape: CacheShape,
     /// Which blocks each sequence holds.
     pub(crate) blocks: PagedBlocks,
     /// Per layer, keys `[block, kv_head, head_dim, slot]`.
@@ -39,24 +37,13 @@ pub struct CpuCache {
 }
 
 impl CpuCache {
-    /// An empty cache for `layers` layers of `kv_heads × head_dim` keys and values.
+    /// An empty cache of `shape`.
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] if `config` is empty or the pools cannot be allocated.
-    pub(crate) fn new(
-        layers: usize,
-        kv_heads: usize,
-        head_dim: usize,
-        config: &CacheConfig,
-    ) -> Result<Self> {
+    pub(crate) fn new(shape: CacheShape, config: &CacheConfig) -> Result<Self> {
         let blocks = PagedBlocks::new(config)?;
-        let per_layer = blocks
-            .total_blocks()
-            .checked_mul(kv_heads * BLOCK_TOKENS * head_dim)
-            .filter(|n| n.checked_mul(2 * layers * 4).is_some())
-            .ok_or_else(|| {
-                BackendError::InvalidInput(format!("a cache of {config:?} is too large to address"))
-            })?;
+        let per_layer = shape.pool_len(&blocks, config)?;
         let pool = || -> Result<Vec<f32>> {
             let mut v = Vec::new();
             v.try_reserve_exact(per_layer).map_err(|e| {
@@ -68,16 +55,14 @@ impl CpuCache {
             v.resize(per_layer, 0.0);
             Ok(v)
         };
-        let mut k = Vec::with_capacity(layers);
-        let mut v = Vec::with_capacity(layers);
-        for _ in 0..layers {
+        let mut k = Vec::with_capacity(shape.layers);
+        let mut v = Vec::with_capacity(shape.layers);
+        for _ in 0..shape.layers {
             k.push(pool()?);
             v.push(pool()?);
         }
         Ok(Self {
-            layers,
-            kv_heads,
-            head_dim,
+            shape,
             blocks,
             k,
             v,
@@ -100,15 +85,25 @@ impl CpuCache {
         key: &[f32],
         value: &[f32],
     ) {
-        let d = self.head_dim;
+        let d = self.shape.head_dim;
         let block = blocks[pos / BLOCK_TOKENS] as usize;
         let slot = pos % BLOCK_TOKENS;
-        let tile = (block * self.kv_heads + g) * d * BLOCK_TOKENS;
+        let tile = (block * self.shape.kv_heads + g) * d * BLOCK_TOKENS;
         let k = &mut self.k[layer][tile..tile + d * BLOCK_TOKENS];
         for (dst, &x) in k.iter_mut().skip(slot).step_by(BLOCK_TOKENS).zip(key) {
             *dst = x;
         }
         let row = tile + slot * d;
         self.v[layer][row..row + d].copy_from_slice(value);
+    }
+}
+
+impl PagedCache for CpuCache {
+    fn shape(&self) -> CacheShape {
+        self.shape
+    }
+
+    fn blocks_mut(&mut self) -> &mut PagedBlocks {
+        &mut self.blocks
     }
 }

@@ -92,6 +92,7 @@ pub use cache::{BLOCK_TOKENS, CpuCache};
 pub(crate) use rope::rope_angles;
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
+use super::paged::{CacheShape, checked_step};
 use crate::models::{CausalLm, check_id};
 use crate::{BackendError, Device, Result};
 use attention::{HeadShape, attend};
@@ -151,6 +152,15 @@ impl CpuDecoder {
     /// Per-head width.
     pub fn head_dim(&self) -> usize {
         self.w.dims.head_dim
+    }
+
+    /// The shape of the caches this decoder reads and writes.
+    fn cache_shape(&self) -> CacheShape {
+        CacheShape {
+            layers: self.num_layers(),
+            kv_heads: self.num_kv_heads(),
+            head_dim: self.head_dim(),
+        }
     }
 
     /// Embedding rows of `ids`, `[ids.len(), hidden]`.
@@ -386,34 +396,13 @@ impl CpuDecoder {
         inputs: &[StepInput<'_>],
         rec: &mut R,
     ) -> Result<Vec<f32>> {
-        if !self.fits(cache) {
-            return Err(BackendError::InvalidInput(format!(
-                "cache made for {} layers × {} kv heads × {} head_dim, model has {} × {} × {}",
-                cache.layers,
-                cache.kv_heads,
-                cache.head_dim,
-                self.num_layers(),
-                self.num_kv_heads(),
-                self.head_dim()
-            )));
-        }
-        let vocab_size = self.vocab_size();
-        for input in inputs {
-            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
-                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
-            }
-        }
-        let reservation = cache.blocks.reserve(inputs)?;
-        match self.run(cache, inputs, rec) {
-            Ok(xt) => {
-                cache.blocks.commit(inputs);
-                Ok(xt)
-            }
-            Err(e) => {
-                cache.blocks.rollback(reservation);
-                Err(e)
-            }
-        }
+        checked_step(
+            cache,
+            self.cache_shape(),
+            self.vocab_size(),
+            inputs,
+            |cache| self.run(cache, inputs, rec),
+        )
     }
 
     /// Scores every sequence of `request` — `logprobs[t] = log p(response[t] | prompt,
@@ -562,18 +551,11 @@ impl DecodeBackend for CpuDecoder {
     }
 
     fn new_cache(&self, config: &CacheConfig) -> Result<CpuCache> {
-        CpuCache::new(
-            self.num_layers(),
-            self.num_kv_heads(),
-            self.head_dim(),
-            config,
-        )
+        CpuCache::new(self.cache_shape(), config)
     }
 
     fn fits(&self, cache: &CpuCache) -> bool {
-        cache.layers == self.num_layers()
-            && cache.kv_heads == self.num_kv_heads()
-            && cache.head_dim == self.head_dim()
+        cache.shape == self.cache_shape()
     }
 
     fn forward(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {

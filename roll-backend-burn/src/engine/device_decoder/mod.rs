@@ -26,7 +26,7 @@
 //! kernel choice — and so its rounding — may depend on the row count.)
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
-use super::paged::{BLOCK_TOKENS, PagedBlocks};
+use super::paged::{BLOCK_TOKENS, CacheShape, PagedBlocks, PagedCache, checked_step};
 use super::sampler::{Draw, SampledToken, pick_rows};
 use crate::models::{
     Architecture, CausalLm, Decoder, DecoderLayer, FeedForwardBlock, check_id, linear_rows,
@@ -48,9 +48,7 @@ pub struct DeviceDecoder {
 /// The paged key/value cache of a [`DeviceDecoder`], on the decoder's device.
 #[derive(Debug)]
 pub struct DeviceCache {
-    layers: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    shape: CacheShape,
     blocks: PagedBlocks,
     /// Per layer, keys `[blocks · 16, kv_heads · head_dim]`: block `b`'s position `p` is row
     /// `b · 16 + p mod 16`.
@@ -68,6 +66,16 @@ impl DeviceCache {
     }
 }
 
+impl PagedCache for DeviceCache {
+    fn shape(&self) -> CacheShape {
+        self.shape
+    }
+
+    fn blocks_mut(&mut self) -> &mut PagedBlocks {
+        &mut self.blocks
+    }
+}
+
 impl DeviceDecoder {
     /// Wraps `model`, which must live on `device`.
     pub fn new(model: CausalLm, device: Device) -> Self {
@@ -82,9 +90,13 @@ impl DeviceDecoder {
         Ok(Self::new(model.clone(), device.clone()))
     }
 
-    fn shape(&self) -> (usize, usize, usize) {
+    fn shape(&self) -> CacheShape {
         let c = self.model.decoder_config();
-        (c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+        CacheShape {
+            layers: c.num_hidden_layers,
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
+        }
     }
 
     /// The next-token logits (`[1, vocab]`) after `input`, whose blocks `cache` has reserved.
@@ -132,44 +144,21 @@ impl DeviceDecoder {
         Ok(m.logits(last.reshape([1, 1, hidden])).reshape([1, vocab]))
     }
 
-    /// Checks `inputs` against `cache`, reserves their blocks, runs each through the model and
-    /// hands `finish` their next-token logits (`[inputs, vocab]`, on the device); commits the new
-    /// positions if all of that succeeds, or gives the reservation back.
+    /// Runs each input through the model (see [`checked_step`]) and hands `finish` their
+    /// next-token logits (`[inputs, vocab]`, on the device).
     fn step<T>(
         &self,
         cache: &mut DeviceCache,
         inputs: &[StepInput<'_>],
         finish: impl FnOnce(Tensor<2>) -> Result<T>,
     ) -> Result<T> {
-        if !self.fits(cache) {
-            return Err(BackendError::InvalidInput(format!(
-                "cache made for {} layers × {} kv heads × {} head_dim, model has {:?}",
-                cache.layers,
-                cache.kv_heads,
-                cache.head_dim,
-                self.shape()
-            )));
-        }
-        let vocab_size = self.vocab_size();
-        for input in inputs {
-            if let Some(&id) = input.tokens.iter().find(|&&id| id as usize >= vocab_size) {
-                return Err(BackendError::TokenOutOfVocab { id, vocab_size });
-            }
-        }
-        let reservation = cache.blocks.reserve(inputs)?;
-        let logits: Result<Vec<Tensor<2>>> =
-            inputs.iter().map(|input| self.run(cache, input)).collect();
-        match logits.and_then(|rows| finish(Tensor::cat(rows, 0))) {
-            Ok(out) => {
-                cache.blocks.commit(inputs);
-                Ok(out)
-            }
-            Err(e) => {
-                // Rows already written past a sequence's committed length are never read.
-                cache.blocks.rollback(reservation);
-                Err(e)
-            }
-        }
+        checked_step(cache, self.shape(), self.vocab_size(), inputs, |cache| {
+            let logits: Vec<Tensor<2>> = inputs
+                .iter()
+                .map(|input| self.run(cache, input))
+                .collect::<Result<_>>()?;
+            finish(Tensor::cat(logits, 0))
+        })
     }
 }
 
@@ -181,33 +170,23 @@ impl DecodeBackend for DeviceDecoder {
     }
 
     fn new_cache(&self, config: &CacheConfig) -> Result<DeviceCache> {
-        let (layers, kv_heads, head_dim) = self.shape();
+        let shape = self.shape();
         let blocks = PagedBlocks::new(config)?;
+        shape.pool_len(&blocks, config)?;
         let rows = blocks.total_blocks() * BLOCK_TOKENS;
-        let width = kv_heads * head_dim;
-        if rows
-            .checked_mul(width)
-            .and_then(|n| n.checked_mul(2 * layers * 4))
-            .is_none()
-        {
-            return Err(BackendError::InvalidInput(format!(
-                "a cache of {config:?} is too large to address"
-            )));
-        }
+        let width = shape.kv_heads * shape.head_dim;
         let pool = || Tensor::<2>::zeros([rows, width], &self.device);
         Ok(DeviceCache {
-            layers,
-            kv_heads,
-            head_dim,
+            shape,
             blocks,
-            k: (0..layers).map(|_| pool()).collect(),
-            v: (0..layers).map(|_| pool()).collect(),
+            k: (0..shape.layers).map(|_| pool()).collect(),
+            v: (0..shape.layers).map(|_| pool()).collect(),
             placeholder: Tensor::zeros([1, width], &self.device),
         })
     }
 
     fn fits(&self, cache: &DeviceCache) -> bool {
-        (cache.layers, cache.kv_heads, cache.head_dim) == self.shape()
+        cache.shape == self.shape()
     }
 
     fn forward(&self, cache: &mut DeviceCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
