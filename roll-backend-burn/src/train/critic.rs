@@ -292,7 +292,7 @@ impl CriticTrainer {
         let device = &self.core.device;
         let h = weights.hidden;
         let packed = fused::pack(&chunk.seqs);
-        let tape = fused::forward(weights, &packed, fused::Outputs::Hidden, device)?;
+        let tape = fused::forward(weights, &packed, fused::Outputs::Hidden)?;
         let w = fused::vector(&model.head.score.weight, "score.weight")?;
         let bias = model
             .head
@@ -326,7 +326,7 @@ impl CriticTrainer {
         if let Some(bias) = &bias {
             sink.add_vector(bias, vec![dv.iter().sum()]);
         }
-        fused::backward_from_hidden(weights, &packed, tape, &dh_rows, &mut sink, device)?;
+        fused::backward_from_hidden(weights, &packed, tape, &dh_rows, &mut sink);
         Ok((sink.into_params(device), out))
     }
 

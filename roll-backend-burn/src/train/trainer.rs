@@ -327,7 +327,7 @@ impl Trainer {
     ) -> Result<(GradientsParams, PolicyMetrics)> {
         let device = &self.core.device;
         let packed = fused::pack(&chunk.seqs);
-        let tape = fused::forward(weights, &packed, fused::Outputs::LogProbs, device)?;
+        let tape = fused::forward(weights, &packed, fused::Outputs::LogProbs)?;
         let leaf =
             |values: &[f32]| fused::leaf(values, &chunk.seqs, chunk.width, &self.core.ad_device);
         let logp = leaf(&tape.logprobs);
@@ -340,9 +340,7 @@ impl Trainer {
         let d_logp = fused::leaf_grad(logp.grad(&grads), &chunk.seqs, chunk.width)?;
         let d_entropy = fused::leaf_grad(entropy.grad(&grads), &chunk.seqs, chunk.width)?;
         let mut sink = fused::GradSink::default();
-        fused::backward(
-            weights, &packed, tape, &d_logp, &d_entropy, &mut sink, device,
-        )?;
+        fused::backward(weights, &packed, tape, &d_logp, &d_entropy, &mut sink);
         Ok((sink.into_params(device), out.metrics))
     }
 

@@ -79,7 +79,8 @@
 mod attention;
 mod cache;
 pub(crate) mod exp;
-mod gemm;
+pub mod gemm;
+mod linear;
 mod logits;
 pub(crate) mod matrix;
 mod norm;
@@ -97,7 +98,6 @@ use crate::models::{CausalLm, check_id};
 use crate::{BackendError, Device, Result};
 use attention::{HeadShape, attend};
 use burn::tensor::{Int, Tensor, TensorData};
-use gemm::Product;
 use logits::logprobs_and_entropy_t;
 use matrix::{add_in_place, transpose};
 use norm::{rms_norm_cols, rms_norm_cols_keeping_roots, rms_norm_in_place};
@@ -235,7 +235,7 @@ impl CpuDecoder {
             // Attention block: q|k|v per token.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.input_norm);
             rec.attention_input(&xt, &normed, &inv_rms);
-            let mut qkv = transpose(layer.qkv.forward(normed, n)?.values()?, qkv_width, n);
+            let mut qkv = layer.qkv.forward_rows(&normed, n);
             rec.qkv_projected(&qkv);
             for (t, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
                 let (c, s) = (
@@ -301,37 +301,27 @@ impl CpuDecoder {
             };
             let attn_t = transpose(&attn, n, q_width);
             rec.attention(probs, &attn_t);
-            let o = layer.o.forward(attn_t, n)?;
-            add_in_place(&mut xt, o.values()?);
+            add_in_place(&mut xt, &layer.o.forward(&attn_t, n));
 
             // MLP block.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.post_norm);
             rec.mlp_input(&xt, &normed, &inv_rms);
-            let gate_up = layer.gate_up.forward(normed, n)?;
-            let act = silu_mul(gate_up.values()?);
-            rec.mlp_hidden(gate_up.values()?, &act);
-            let down = layer.down.forward(act, n)?;
-            add_in_place(&mut xt, down.values()?);
+            let gate_up = layer.gate_up.forward(&normed, n);
+            let act = silu_mul(&gate_up);
+            rec.mlp_hidden(&gate_up, &act);
+            add_in_place(&mut xt, &layer.down.forward(&act, n));
         }
         Ok(xt)
     }
 
-    /// The final norm and the LM head on the tokens `at` of a final residual stream `xt`
-    /// (`[hidden, cols]`): the logits, transposed (`[vocab, at.len()]`), or `None` when `at` is
-    /// empty.
-    fn head(&self, xt: &[f32], cols: usize, at: &[usize]) -> Result<Option<Product>> {
-        let m = at.len();
-        if m == 0 {
-            return Ok(None);
-        }
-        let mut picked_t = Vec::with_capacity(self.w.dims.hidden * m);
+    /// The final norm of the tokens `at` of a final residual stream `xt` (`[hidden, cols]`):
+    /// the LM head's input, transposed (`[hidden, at.len()]`).
+    fn head_input(&self, xt: &[f32], cols: usize, at: &[usize]) -> Vec<f32> {
+        let mut picked_t = Vec::with_capacity(self.w.dims.hidden * at.len());
         for row in xt.chunks_exact(cols) {
             picked_t.extend(at.iter().map(|&t| row[t]));
         }
-        self.w
-            .lm_head
-            .forward(rms_norm_cols(&picked_t, m, &self.w.final_norm), m)
-            .map(Some)
+        rms_norm_cols(&picked_t, at.len(), &self.w.final_norm)
     }
 
     /// `log p(targets[i])` (and, when `with_entropy`, the entropy) of the next-token
@@ -347,12 +337,13 @@ impl CpuDecoder {
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         let (mut logprobs, mut entropy) = (Vec::with_capacity(at.len()), Vec::new());
         for (at, targets) in at.chunks(HEAD_COLS).zip(targets.chunks(HEAD_COLS)) {
-            if let Some(logits_t) = self.head(xt, cols, at)? {
-                let (lp, ent) =
-                    logprobs_and_entropy_t(logits_t.values()?, at.len(), targets, with_entropy);
-                logprobs.extend(lp);
-                entropy.extend(ent);
-            }
+            let logits_t = self
+                .w
+                .lm_head
+                .forward(&self.head_input(xt, cols, at), at.len());
+            let (lp, ent) = logprobs_and_entropy_t(&logits_t, at.len(), targets, with_entropy);
+            logprobs.extend(lp);
+            entropy.extend(ent);
         }
         Ok((logprobs, entropy))
     }
@@ -573,10 +564,10 @@ impl DecodeBackend for CpuDecoder {
             .collect();
         let n = last.last().map_or(0, |&t| t + 1);
         let xt = self.step(cache, inputs, &mut ())?;
-        match self.head(&xt, n, &last)? {
-            Some(logits_t) => Ok(transpose(logits_t.values()?, self.vocab_size(), last.len())),
-            None => Ok(Vec::new()),
-        }
+        Ok(self
+            .w
+            .lm_head
+            .forward_rows(&self.head_input(&xt, n, &last), last.len()))
     }
 
     fn release(&self, cache: &mut CpuCache, seq: SeqId) {

@@ -1,13 +1,13 @@
 //! Copies a dense Qwen model's parameters out of Burn into the CPU decoder's layout: f32 vectors
-//! for norms and biases, and transposed, fused GEMM operands (`q|k|v` stacked, `gate|up` stacked)
-//! kept as Flex tensors, as is the embedding table (shared with a tied LM head).
+//! for norms and biases, fused linear layers (`q|k|v` stacked, `gate|up` stacked) packed for roll's
+//! GEMM, and the embedding table as a Flex tensor (a tied LM head packs its own copy).
 
-use super::gemm::Gemm;
+use super::linear::Linear;
 use super::norm::Norm;
 use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
 use crate::{BackendError, Result};
 use burn::module::Param;
-use burn::nn::{Linear, RmsNorm};
+use burn::nn::{Linear as BurnLinear, RmsNorm};
 use burn::tensor::{Device, Tensor, TensorData};
 
 /// Sizes of the model.
@@ -33,17 +33,17 @@ pub(crate) struct LayerWeights {
     /// RMSNorm before attention.
     pub input_norm: Norm,
     /// `[hidden, (heads + 2·kv_heads)·head_dim]`: q, k, v projections side by side (+ biases).
-    pub qkv: Gemm,
+    pub qkv: Linear,
     /// Qwen3's per-head RMSNorms of queries and keys (width `head_dim`).
     pub qk_norm: Option<(Norm, Norm)>,
     /// `[heads·head_dim, hidden]`.
-    pub o: Gemm,
+    pub o: Linear,
     /// RMSNorm before the MLP.
     pub post_norm: Norm,
     /// `[hidden, 2·inter]`: gate and up projections side by side.
-    pub gate_up: Gemm,
+    pub gate_up: Linear,
     /// `[inter, hidden]`.
-    pub down: Gemm,
+    pub down: Linear,
 }
 
 /// Every weight of the model, in the decoder's layout.
@@ -58,7 +58,7 @@ pub(crate) struct Weights {
     /// Final RMSNorm.
     pub final_norm: Norm,
     /// The LM head (its `Wᵀ` is the embedding table when tied).
-    pub lm_head: Gemm,
+    pub lm_head: Linear,
     /// RoPE inverse frequencies `[head_dim / 2]`.
     pub inv_freq: Vec<f32>,
 }
@@ -71,7 +71,7 @@ struct Parts<'a> {
     embed: &'a Param<Tensor<2>>,
     layers: Vec<(&'a Attention, &'a Mlp, &'a RmsNorm, &'a RmsNorm)>,
     norm: &'a RmsNorm,
-    lm_head: Option<&'a Linear>,
+    lm_head: Option<&'a BurnLinear>,
 }
 
 impl<'a> Parts<'a> {
@@ -191,29 +191,28 @@ fn build(p: &Parts<'_>, device: &Device) -> Result<Weights> {
         }
         layers.push(LayerWeights {
             input_norm: norm(in_norm, hidden, &name("input_layernorm"))?,
-            qkv: Gemm::new(qkv, hidden, qkv_width, qkv_bias, device),
+            qkv: Linear::new(&qkv, hidden, qkv_width, qkv_bias),
             qk_norm,
-            o: Gemm::new(o, heads * d, hidden, ob, device),
+            o: Linear::new(&o, heads * d, hidden, ob),
             post_norm: norm(post_norm, hidden, &name("post_attention_layernorm"))?,
-            gate_up: Gemm::new(
-                concat_columns(&[(&gate, inter), (&up, inter)]),
+            gate_up: Linear::new(
+                &concat_columns(&[(&gate, inter), (&up, inter)]),
                 hidden,
                 2 * inter,
                 None,
-                device,
             ),
-            down: Gemm::new(down, inter, hidden, None, device),
+            down: Linear::new(&down, inter, hidden, None),
         });
     }
-    let embed = Tensor::<2>::from_data(TensorData::new(embed, [vocab, hidden]), device);
     let lm_head = match p.lm_head {
         Some(head) => {
             let (w, b) = linear(head, hidden, vocab, "lm_head")?;
-            Gemm::new(w, hidden, vocab, b, device)
+            Linear::new(&w, hidden, vocab, b)
         }
-        // Tied: `Wᵀ` is the embedding table itself, shared, not copied.
-        None => Gemm::from_tensor_t(embed.clone(), hidden, vocab),
+        // Tied: `Wᵀ` is the embedding table.
+        None => Linear::from_transposed(&embed, hidden, vocab),
     };
+    let embed = Tensor::<2>::from_data(TensorData::new(embed, [vocab, hidden]), device);
     Ok(Weights {
         dims: p.dims,
         embed,
@@ -242,7 +241,7 @@ fn read<const D: usize>(t: Tensor<D>, shape: &[usize], name: &str) -> Result<Vec
 
 /// A Linear's weight `[d_in, d_out]` and bias.
 fn linear(
-    l: &Linear,
+    l: &BurnLinear,
     d_in: usize,
     d_out: usize,
     name: &str,

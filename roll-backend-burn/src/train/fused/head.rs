@@ -5,29 +5,40 @@
 //! Per row with logits `z`, `p = softmax(z)`, target `y`: `logp = z_y − lse(z)` and
 //! `H = lse(z) − Σ p·z`. Gradients: `∂logp/∂z = onehot(y) − p`, `∂H/∂z = −p ⊙ (log p + H)`.
 
-use super::mm;
-use crate::Result;
+use super::mm::{self, Mat, MatRef, PackedB};
 use crate::engine::cpu::exp::exp;
-use burn::tensor::{Device, Tensor};
 use rayon::prelude::*;
 
 /// Rows whose logits exist at once.
 const ROW_CHUNK: usize = 256;
 
-/// The output projection: its own `[hidden, vocab]` matrix, or the `[vocab, hidden]` embedding.
+/// The output projection `W` (`[hidden, vocab]`: `lm_head.weight`, or the transpose of the
+/// `[vocab, hidden]` embedding when tied), packed for the two products that read it: the logits
+/// `H·W` and the input gradient `dZ·Wᵀ`.
 #[derive(Debug, Clone)]
-pub(crate) enum Head {
-    /// `lm_head.weight`, `[hidden, vocab]`.
-    Untied(Tensor<2>),
-    /// `embed_tokens.weight`, `[vocab, hidden]`, used transposed.
-    Tied(Tensor<2>),
+pub(crate) struct Head {
+    w: PackedB,
+    w_t: PackedB,
+    /// Whether `W` is the embedding's transpose: its gradient is then shaped `[vocab, hidden]`.
+    tied: bool,
 }
 
 impl Head {
-    fn logits(&self, h: &Tensor<2>) -> Result<Vec<f32>> {
-        match self {
-            Head::Untied(w) => mm::mul(h, w),
-            Head::Tied(e) => mm::mul_t(h, e),
+    /// `lm_head.weight`, `[hidden, vocab]`.
+    pub(crate) fn untied(w: &Mat) -> Self {
+        Self {
+            w: PackedB::new(w.view()),
+            w_t: PackedB::new(w.view().t()),
+            tied: false,
+        }
+    }
+
+    /// The embedding table `[vocab, hidden]`, used transposed.
+    pub(crate) fn tied(embed: &Mat) -> Self {
+        Self {
+            w: PackedB::new(embed.view().t()),
+            w_t: PackedB::new(embed.view()),
+            tied: true,
         }
     }
 }
@@ -60,7 +71,6 @@ fn softmax_rows(z: &mut [f32], vocab: usize, targets: &[u32], lp: &mut [f32], en
 
 /// The gradient of `Σ dlogp·logp + dent·H` with respect to `hidden`; the head's weight gradient
 /// (shaped as the weight) is added to `dw` (`None`: a frozen head, no weight gradient).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     head: &Head,
     hidden: &[f32],
@@ -70,14 +80,13 @@ pub(crate) fn backward(
     d_logp: &[f32],
     d_entropy: &[f32],
     mut dw: Option<&mut [f32]>,
-    device: &Device,
-) -> Result<Vec<f32>> {
+) -> Vec<f32> {
     let rows = targets.len();
     let mut dh = Vec::with_capacity(rows * h);
     for r0 in (0..rows).step_by(ROW_CHUNK) {
         let r1 = (r0 + ROW_CHUNK).min(rows);
-        let chunk = mm::tensor(hidden[r0 * h..r1 * h].to_vec(), r1 - r0, h, device);
-        let mut z = head.logits(&chunk)?;
+        let chunk = MatRef::row_major(&hidden[r0 * h..r1 * h], r1 - r0, h);
+        let mut z = mm::mul_packed(chunk, &head.w);
         let (mut lp, mut ent) = (vec![0.0f32; r1 - r0], vec![0.0f32; r1 - r0]);
         softmax_rows(&mut z, vocab, &targets[r0..r1], &mut lp, &mut ent);
         // z now holds p; turn it into ∂loss/∂z.
@@ -101,21 +110,15 @@ pub(crate) fn backward(
                 }
                 p[y as usize] += dl;
             });
-        let dz = mm::tensor(z, r1 - r0, vocab, device);
-        match head {
-            Head::Untied(w) => {
-                dh.extend(mm::mul_t(&dz, w)?);
-                if let Some(dw) = dw.as_deref_mut() {
-                    mm::add_in_place(dw, &mm::t_mul(&chunk, &dz)?);
-                }
-            }
-            Head::Tied(e) => {
-                dh.extend(mm::mul(&dz, e)?);
-                if let Some(dw) = dw.as_deref_mut() {
-                    mm::add_in_place(dw, &mm::t_mul(&dz, &chunk)?);
-                }
+        let dz = MatRef::row_major(&z, r1 - r0, vocab);
+        dh.extend(mm::mul_packed(dz, &head.w_t));
+        if let Some(dw) = dw.as_deref_mut() {
+            if head.tied {
+                mm::add_mul(dw, dz.t(), chunk);
+            } else {
+                mm::add_mul(dw, chunk.t(), dz);
             }
         }
     }
-    Ok(dh)
+    dh
 }

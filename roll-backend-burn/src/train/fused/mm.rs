@@ -1,42 +1,51 @@
-//! Row-major GEMMs of the fused training path, through Burn's Flex matmul (the `gemm` crate's
-//! packed kernels, run at near peak by Flex; no `unsafe` here).
+//! GEMMs of the fused training path, on row-major `f32` slices through roll's CPU GEMM
+//! ([`crate::engine::cpu::gemm`]), the one the decoder runs: no tensors, no copies around the
+//! products, and a transposed operand read through its strides.
 
-use crate::{BackendError, Result};
-use burn::tensor::{Device, Tensor, TensorData};
+pub(crate) use crate::engine::cpu::gemm::{Init, MatRef, PackedB, matmul};
+pub(crate) use crate::engine::cpu::matrix::add_in_place;
 
-/// A row-major `[rows, cols]` activation as a Flex tensor (the values move, they are not copied).
-///
-/// Activations that only feed GEMMs live as tensors from the moment they are made: a tensor's
-/// clone shares its buffer, so the three projections of one input (and, in the backward, the
-/// weight and input gradients of one output gradient) read one copy.
-pub(crate) fn tensor(values: Vec<f32>, rows: usize, cols: usize, device: &Device) -> Tensor<2> {
-    debug_assert_eq!(values.len(), rows * cols);
-    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
+/// An owned row-major matrix.
+#[derive(Debug, Clone)]
+pub(crate) struct Mat {
+    pub values: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
 }
 
-/// A tensor's values, row-major.
-///
-/// # Errors
-/// [`BackendError::Train`] if Flex hands back something other than f32 (a bug).
-pub(crate) fn values(t: Tensor<2>) -> Result<Vec<f32>> {
-    t.into_data()
-        .try_into_vec::<f32>()
-        .map_err(|e| BackendError::Train(format!("fused path: cannot read a product: {e:?}")))
+impl Mat {
+    /// `values` as a `rows × cols` matrix.
+    pub(crate) fn new(values: Vec<f32>, rows: usize, cols: usize) -> Self {
+        debug_assert_eq!(values.len(), rows * cols);
+        Self { values, rows, cols }
+    }
+
+    /// A view of it.
+    pub(crate) fn view(&self) -> MatRef<'_> {
+        MatRef::row_major(&self.values, self.rows, self.cols)
+    }
+
+    /// Its shape, as a gradient is registered.
+    pub(crate) fn dims(&self) -> [usize; 2] {
+        [self.rows, self.cols]
+    }
 }
 
-/// `A·B` for an activation `a` `[m, k]` and a weight `b` `[k, n]`.
-pub(crate) fn mul(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
-    values(a.clone().matmul(b.clone()))
+/// `A·B`, `B` packed for this product.
+pub(crate) fn mul(a: MatRef<'_>, b: MatRef<'_>) -> Vec<f32> {
+    mul_packed(a, &PackedB::new(b))
 }
 
-/// `A·Bᵀ` for `a` `[m, n]` and a weight `b` `[k, n]` (the input gradient of `X·B`).
-pub(crate) fn mul_t(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
-    values(a.clone().matmul(b.clone().transpose()))
+/// `A·B` for a `B` packed once (a weight read by many products).
+pub(crate) fn mul_packed(a: MatRef<'_>, b: &PackedB) -> Vec<f32> {
+    let mut c = vec![0.0; a.rows() * b.n()];
+    matmul(&mut c, a, b, Init::Overwrite);
+    c
 }
 
-/// `Aᵀ·B` for activations `a` `[m, k]` and `b` `[m, n]` (the weight gradient of `A·W`).
-pub(crate) fn t_mul(a: &Tensor<2>, b: &Tensor<2>) -> Result<Vec<f32>> {
-    values(a.clone().transpose().matmul(b.clone()))
+/// `C += A·B`: a gradient added where it accumulates.
+pub(crate) fn add_mul(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>) {
+    matmul(c, a, &PackedB::new(b), Init::Accumulate);
 }
 
 /// The bias gradient: the column sums of `dy` (`[rows, width]`), added to `into`.
@@ -47,5 +56,3 @@ pub(crate) fn add_column_sums(into: &mut [f32], dy: &[f32]) {
         }
     }
 }
-
-pub(crate) use crate::engine::cpu::matrix::add_in_place;

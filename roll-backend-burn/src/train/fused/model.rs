@@ -5,7 +5,7 @@
 use super::attention::{self, Probs};
 use super::grads::GradSink;
 use super::head;
-use super::mm;
+use super::mm::{self, Mat, MatRef};
 use super::norm;
 use super::rope;
 use super::swiglu;
@@ -13,7 +13,6 @@ use super::weights::{Matrix, Weights};
 use crate::engine::cpu::Recorder;
 use crate::engine::cpu::matrix::transpose;
 use crate::{BackendError, Result};
-use burn::tensor::{Device, Tensor};
 
 /// Sequences packed end to end, and the positions whose next token is scored.
 #[derive(Debug, Clone, Default)]
@@ -51,10 +50,10 @@ impl Packed {
 /// GEMMs read them) in the tensors the weight gradients `Xᵀ·dY` multiply; the rest per token.
 struct LayerTape {
     rows: TokenRows,
-    h1_t: Tensor<2>,
-    attn_t: Tensor<2>,
-    h2_t: Tensor<2>,
-    act_t: Tensor<2>,
+    h1_t: Mat,
+    attn_t: Mat,
+    h2_t: Mat,
+    act_t: Mat,
 }
 
 /// A layer's per-token activations (token-major), filled hook by hook as the decoder runs.
@@ -104,20 +103,19 @@ pub(crate) enum Outputs {
 struct Keeper<'a> {
     w: &'a Weights,
     tokens: usize,
-    device: &'a Device,
     /// The current layer's per-token activations and GEMM inputs, until its last hook.
     rows: TokenRows,
-    h1_t: Option<Tensor<2>>,
-    attn_t: Option<Tensor<2>>,
-    h2_t: Option<Tensor<2>>,
+    h1_t: Option<Mat>,
+    attn_t: Option<Mat>,
+    h2_t: Option<Mat>,
     layers: Vec<LayerTape>,
 }
 
 impl Keeper<'_> {
-    /// A transposed activation `[features, tokens]` as a tensor for the weight gradients.
-    fn tensor_t(&self, values_t: &[f32]) -> Tensor<2> {
+    /// A transposed activation `[features, tokens]`, kept for the weight gradients.
+    fn tensor_t(&self, values_t: &[f32]) -> Mat {
         let features = values_t.len() / self.tokens.max(1);
-        mm::tensor(values_t.to_vec(), features, self.tokens, self.device)
+        Mat::new(values_t.to_vec(), features, self.tokens)
     }
 
     /// Splits per-token `q|k|v` rows into `q`, `k`, `v` (each `[tokens, width]`).
@@ -199,8 +197,8 @@ impl Recorder for Keeper<'_> {
 /// samples with), keeping what the backward reads.
 ///
 /// # Errors
-/// [`BackendError::TokenOutOfVocab`] for a token outside the vocabulary; GEMM read-back failures.
-pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs, device: &Device) -> Result<Tape> {
+/// [`BackendError::TokenOutOfVocab`] for a token outside the vocabulary.
+pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs) -> Result<Tape> {
     let (n, h) = (p.tokens.len(), w.hidden);
     let seqs: Vec<&[u32]> = p
         .seqs
@@ -210,7 +208,6 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs, device: &Device
     let mut keeper = Keeper {
         w,
         tokens: n,
-        device,
         rows: TokenRows::default(),
         h1_t: None,
         attn_t: None,
@@ -253,42 +250,35 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs, device: &Device
 
 /// Adds `Xᵀ·dY` (and the bias gradient) of a linear layer, given its input transposed (`x_t`,
 /// `[d_in, tokens]`), to `sink`; returns `dY·Wᵀ`.
-fn linear_backward(
-    x_t: &Tensor<2>,
-    dy: Vec<f32>,
-    m: &Matrix,
-    sink: &mut GradSink,
-    device: &Device,
-) -> Result<Vec<f32>> {
+fn linear_backward(x_t: &Mat, dy: Vec<f32>, m: &Matrix, sink: &mut GradSink) -> Vec<f32> {
     if let Some(b) = &m.bias {
         let mut db = vec![0.0; b.values.len()];
         mm::add_column_sums(&mut db, &dy);
         sink.add_vector(b, db);
     }
-    let [rows, cols] = [x_t.dims()[1], m.weight.dims()[1]];
-    let dy = mm::tensor(dy, rows, cols, device);
+    let (rows, x_t) = (x_t.cols, x_t.view());
+    let dy = MatRef::row_major(&dy, rows, m.dims[1]);
     if let Some(ad) = &m.adapter {
         // dA = s·Xᵀ·(dY·Bᵀ), dB = s·(X·A)ᵀ·dY: through the rank-r products, never the
         // `[d_in, d_out]` gradient of the weight itself.
-        let r = ad.a.dims()[1];
+        let r = ad.a.cols;
         let scaled = |g: Vec<f32>| g.into_iter().map(|v| v * ad.scale).collect();
-        let dy_b = mm::tensor(mm::mul_t(&dy, &ad.b)?, rows, r, device);
-        sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul(x_t, &dy_b)?));
-        let x_a = mm::tensor(mm::t_mul(x_t, &ad.a)?, rows, r, device);
-        sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::t_mul(&x_a, &dy)?));
+        let dy_b = mm::mul(dy, ad.b.view().t());
+        let dy_b = MatRef::row_major(&dy_b, rows, r);
+        sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul(x_t, dy_b)));
+        let x_a = mm::mul(x_t.t(), ad.a.view());
+        let x_a = MatRef::row_major(&x_a, rows, r);
+        sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::mul(x_a.t(), dy)));
     }
     // A frozen weight needs no gradient of its own.
     if m.trains {
-        sink.add_matrix(m.id, m.weight.dims(), mm::mul(x_t, &dy)?);
+        sink.add_matrix(m.id, m.dims, mm::mul(x_t, dy));
     }
-    mm::mul_t(&dy, &m.weight)
+    mm::mul_packed(dy, &m.weight_t)
 }
 
 /// The backward pass: the gradient of `Σ d_logp·logp + d_entropy·entropy` over the scored rows,
 /// for every parameter, into `sink`.
-///
-/// # Errors
-/// GEMM read-back failures.
 pub(crate) fn backward(
     w: &Weights,
     p: &Packed,
@@ -296,8 +286,7 @@ pub(crate) fn backward(
     d_logp: &[f32],
     d_entropy: &[f32],
     sink: &mut GradSink,
-    device: &Device,
-) -> Result<()> {
+) {
     let h = w.hidden;
     let mut dw_head = w.head_trains.then(|| vec![0.0; w.vocab * h]);
     let dh_rows = head::backward(
@@ -309,29 +298,24 @@ pub(crate) fn backward(
         d_logp,
         d_entropy,
         dw_head.as_deref_mut(),
-        device,
-    )?;
+    );
     match (w.head_id, dw_head) {
         (Some(id), Some(dw)) => sink.add_matrix(id, [h, w.vocab], dw),
         (None, Some(dw)) => sink.add_matrix(w.embed.id, [w.vocab, h], dw),
         (_, None) => {}
     }
-    backward_from_hidden(w, p, tape, &dh_rows, sink, device)
+    backward_from_hidden(w, p, tape, &dh_rows, sink)
 }
 
 /// The backward from the gradient of the loss with respect to the final norm's output at the
 /// scored rows (`dh_rows`, `[rows, hidden]`): every trunk parameter's gradient, into `sink`.
-///
-/// # Errors
-/// GEMM read-back failures.
 pub(crate) fn backward_from_hidden(
     w: &Weights,
     p: &Packed,
     tape: Tape,
     dh_rows: &[f32],
     sink: &mut GradSink,
-    device: &Device,
-) -> Result<()> {
+) {
     let (n, h, d) = (p.tokens.len(), w.hidden, w.heads.dim);
     let Tape {
         layers,
@@ -350,19 +334,16 @@ pub(crate) fn backward_from_hidden(
     sink.add_vector(&w.final_norm, dg);
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
-        let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink, device)?;
+        let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink);
         let (d_gate, d_up) = swiglu::backward(&t.rows.gate, &t.rows.up, &d_act);
-        let mut dh2 = linear_backward(&t.h2_t, d_gate, &l.gate, sink, device)?;
-        mm::add_in_place(
-            &mut dh2,
-            &linear_backward(&t.h2_t, d_up, &l.up, sink, device)?,
-        );
+        let mut dh2 = linear_backward(&t.h2_t, d_gate, &l.gate, sink);
+        mm::add_in_place(&mut dh2, &linear_backward(&t.h2_t, d_up, &l.up, sink));
         let mut dg2 = vec![0.0; h];
         let mut dxm = norm::backward(&t.rows.xm, &t.rows.r2, &l.post_norm.values, &dh2, &mut dg2);
         sink.add_vector(&l.post_norm, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
-        let d_attn = linear_backward(&t.attn_t, dxm.clone(), &l.o, sink, device)?;
+        let d_attn = linear_backward(&t.attn_t, dxm.clone(), &l.o, sink);
         let (mut dq, mut dk, dv) = attention::backward(
             &t.rows.q,
             &t.rows.k,
@@ -382,9 +363,9 @@ pub(crate) fn backward_from_hidden(
             dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
             sink.add_vector(kn, dgk);
         }
-        let mut dh1 = linear_backward(&t.h1_t, dq, &l.q, sink, device)?;
-        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink, device)?);
-        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink, device)?);
+        let mut dh1 = linear_backward(&t.h1_t, dq, &l.q, sink);
+        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink));
+        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink));
         let mut dg1 = vec![0.0; h];
         dx = norm::backward(&t.rows.x, &t.rows.r1, &l.input_norm.values, &dh1, &mut dg1);
         sink.add_vector(&l.input_norm, dg1);
@@ -398,5 +379,4 @@ pub(crate) fn backward_from_hidden(
         }
         sink.add_matrix(w.embed.id, [w.vocab, h], d_embed);
     }
-    Ok(())
 }

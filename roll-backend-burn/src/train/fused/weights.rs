@@ -1,10 +1,11 @@
-//! A dense Qwen model's parameters as the fused path reads them: GEMM weights as the trained
-//! module's own (plain, not copied) Flex tensors, norms and biases as `f32` vectors, each with
+//! A dense Qwen model's parameters as the fused path reads them: GEMM weights packed for the
+//! backward's products, norms and biases as `f32` vectors, each with
 //! the [`ParamId`] its gradient is registered under and whether it trains at all (under LoRA the
 //! base is frozen and only the adapters train).
 
 use super::attention::Heads;
 use super::head::Head;
+use super::mm::{Mat, PackedB};
 use crate::engine::cpu::CpuDecoder;
 use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
 use crate::{BackendError, Result};
@@ -12,12 +13,16 @@ use burn::module::{Param, ParamId};
 use burn::nn::{Linear, RmsNorm};
 use burn::tensor::Tensor;
 
-/// A GEMM weight `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`); with a LoRA adapter,
-/// `weight` is the effective `W + scale·A·B` the forward multiplies by.
+/// A GEMM weight `W` `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`), held as the backward
+/// reads it: `Wᵀ` packed for the input gradient `dY·Wᵀ`. With a LoRA adapter, `W` is the effective
+/// `W + scale·A·B` the forward multiplies by.
 #[derive(Debug, Clone)]
 pub(crate) struct Matrix {
     pub id: ParamId,
-    pub weight: Tensor<2>,
+    /// `[d_in, d_out]`.
+    pub dims: [usize; 2],
+    /// `Wᵀ`, packed as the right operand of `dY·Wᵀ`.
+    pub weight_t: PackedB,
     pub bias: Option<Vector>,
     /// Whether `W` itself trains (not under LoRA, whose base is frozen).
     pub trains: bool,
@@ -29,9 +34,9 @@ pub(crate) struct Matrix {
 #[derive(Debug, Clone)]
 pub(crate) struct Adapter {
     pub a_id: ParamId,
-    pub a: Tensor<2>,
+    pub a: Mat,
     pub b_id: ParamId,
-    pub b: Tensor<2>,
+    pub b: Mat,
     pub scale: f32,
 }
 
@@ -71,7 +76,7 @@ pub(crate) struct Weights {
     pub embed: Vector,
     pub layers: Vec<Layer>,
     pub final_norm: Vector,
-    /// The LM head; [`Head::Tied`] holds the embedding tensor.
+    /// The LM head (the embedding table, when tied).
     pub head: Head,
     /// The untied head's id (`None` when tied: its gradient goes to the embedding).
     pub head_id: Option<ParamId>,
@@ -84,18 +89,27 @@ pub(crate) struct Weights {
 
 /// A parameter's values (flattened), id and whether it trains.
 pub(crate) fn vector<const D: usize>(p: &Param<Tensor<D>>, name: &str) -> Result<Vector> {
-    let values = p
-        .val()
-        .inner()
+    Ok(Vector {
+        id: p.id,
+        values: values(&p.val().inner(), name)?,
+        trains: trains(p),
+    })
+}
+
+/// A tensor's values as f32, flattened.
+fn values<const D: usize>(t: &Tensor<D>, name: &str) -> Result<Vec<f32>> {
+    t.clone()
         .into_data()
         .convert::<f32>()
         .try_into_vec::<f32>()
-        .map_err(|e| BackendError::Train(format!("fused path: cannot read `{name}`: {e:?}")))?;
-    Ok(Vector {
-        id: p.id,
-        values,
-        trains: trains(p),
-    })
+        .map_err(|e| BackendError::Train(format!("fused path: cannot read `{name}`: {e:?}")))
+}
+
+/// A 2-D parameter as a [`Mat`].
+fn mat(p: &Param<Tensor<2>>, name: &str) -> Result<Mat> {
+    let t = p.val().inner();
+    let [rows, cols] = t.dims();
+    Ok(Mat::new(values(&t, name)?, rows, cols))
 }
 
 /// Whether the parameter itself (its base, not an adapter) takes gradients.
@@ -104,17 +118,25 @@ fn trains<const D: usize>(p: &Param<Tensor<D>>) -> bool {
 }
 
 fn matrix(l: &Linear, name: &str) -> Result<Matrix> {
+    let w = mat(&l.weight, name)?;
     Ok(Matrix {
         id: l.weight.id,
-        weight: l.weight.val().inner(),
+        dims: w.dims(),
+        weight_t: PackedB::new(w.view().t()),
         trains: trains(&l.weight),
-        adapter: l.weight.adapter().map(|a| Adapter {
-            a_id: a.a.id,
-            a: a.a.val().inner(),
-            b_id: a.b.id,
-            b: a.b.val().inner(),
-            scale: a.scale as f32,
-        }),
+        adapter: l
+            .weight
+            .adapter()
+            .map(|a| -> Result<Adapter> {
+                Ok(Adapter {
+                    a_id: a.a.id,
+                    a: mat(&a.a, &format!("{name}.lora_A"))?,
+                    b_id: a.b.id,
+                    b: mat(&a.b, &format!("{name}.lora_B"))?,
+                    scale: a.scale as f32,
+                })
+            })
+            .transpose()?,
         bias: l
             .bias
             .as_ref()
@@ -188,12 +210,16 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
                 });
             }
             (
-                Head::Untied(l.weight.val().inner()),
+                Head::untied(&mat(&l.weight, "lm_head")?),
                 Some(l.weight.id),
                 trains(&l.weight),
             )
         }
-        None => (Head::Tied(embed_param.val().inner()), None, embed.trains),
+        None => (
+            Head::tied(&Mat::new(embed.values.clone(), c.vocab_size, c.hidden_size)),
+            None,
+            embed.trains,
+        ),
     };
     Ok(Weights {
         heads: Heads {

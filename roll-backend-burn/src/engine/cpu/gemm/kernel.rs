@@ -1,0 +1,73 @@
+//! The micro-kernels: one `R × NR` tile of `C` (`R ≤ MR` rows, [`NR`] columns) updated by a
+//! packed `A` panel times a packed `B` panel, as chains of fused multiply-adds.
+//!
+//! Every output element is `c ← fma(a_k, b_k, c)` for `k = 0, 1, …` in order: the AVX2 kernel
+//! holds 16 columns in two 8-lane registers, the portable kernel one `f32` at a time with
+//! [`f32::mul_add`], and both round exactly the same way — one rounding per step of the chain. So
+//! the bits of an element depend only on its own row of `A`, column of `B` and starting value,
+//! never on the tile, the machine's vector width or the thread that computes it.
+
+/// Rows of `A` per packed panel, and the most rows a tile has.
+pub(crate) const MR: usize = 6;
+/// Columns of `B` per packed panel: the width of every tile (two AVX2 registers).
+pub(crate) const NR: usize = 16;
+
+/// Computes one tile: `acc[r][j] ← fma(a[k·MR + r], b[k·NR + j], acc[r][j])` for each `k` in
+/// order, `r < R`, `j < NR`. `a` holds `kc` steps of [`MR`] values, `b` `kc` steps of [`NR`].
+pub(crate) trait MicroKernel: Copy {
+    /// One tile of `R` rows.
+    fn tile<const R: usize>(self, a: &[f32], b: &[f32], acc: &mut [[f32; NR]; R]);
+}
+
+/// The portable kernel: one scalar fused multiply-add per element and step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Portable;
+
+impl MicroKernel for Portable {
+    #[inline(always)]
+    fn tile<const R: usize>(self, a: &[f32], b: &[f32], acc: &mut [[f32; NR]; R]) {
+        for (ak, bk) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+            for (row, &ar) in acc.iter_mut().zip(ak) {
+                for (c, &bj) in row.iter_mut().zip(bk) {
+                    *c = ar.mul_add(bj, *c);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::Avx2;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{MR, MicroKernel, NR};
+    use pulp::f32x8;
+    use pulp::x86::V3;
+
+    /// The AVX2 + FMA kernel (x86-64-v3): a tile's rows in `2·R` registers, each step one
+    /// broadcast of `a` and two vector fused multiply-adds per row. Only reachable through
+    /// [`V3::vectorize`], which runs it with those instructions enabled.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Avx2(pub(crate) V3);
+
+    impl MicroKernel for Avx2 {
+        #[inline(always)]
+        fn tile<const R: usize>(self, a: &[f32], b: &[f32], acc: &mut [[f32; NR]; R]) {
+            let simd = self.0;
+            let b: &[f32x8] = bytemuck::cast_slice(b);
+            let mut c: [[f32x8; 2]; R] = core::array::from_fn(|r| bytemuck::cast(acc[r]));
+            for (ak, bk) in a.chunks_exact(MR).zip(b.chunks_exact(2)) {
+                let (b0, b1) = (bk[0], bk[1]);
+                for (row, &ar) in c.iter_mut().zip(ak) {
+                    let ar = simd.splat_f32x8(ar);
+                    row[0] = simd.mul_add_f32x8(ar, b0, row[0]);
+                    row[1] = simd.mul_add_f32x8(ar, b1, row[1]);
+                }
+            }
+            for (out, row) in acc.iter_mut().zip(c) {
+                *out = bytemuck::cast(row);
+            }
+        }
+    }
+}

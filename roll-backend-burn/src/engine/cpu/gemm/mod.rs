@@ -1,0 +1,370 @@
+//! roll's f32 GEMM for the CPU: `C = A·B` or `C += A·B`, with `B` packed once and reused (a
+//! weight) or packed per call (an activation), `A` read through any strides (so transposes cost
+//! no copy), `C` row-major, written in place.
+//!
+//! # The algorithm
+//!
+//! The loop nest of BLIS (Van Zee & van de Geijn, "BLIS: A Framework for Rapidly Instantiating
+//! BLAS Functionality", ACM TOMS 2015): `B` is cut into panels of [`NR`] columns laid out step by
+//! step (`[k][NR]`, zero-padded), `A` into blocks of [`MC`] rows × [`KC`] steps packed as panels of
+//! [`MR`] rows (`[k][MR]`), and a micro-kernel ([`kernel`]) updates one `MR × NR` tile of `C` held
+//! in registers. The `B` panel a tile reads stays in L1 across the `A` panels of a block, the `A`
+//! block in L2 across all `B` panels. The work is split between rayon's threads by rows of `C`
+//! when `C` has at least as many rows as columns, by panels of columns otherwise (a decode step's
+//! few tokens against a wide weight).
+//!
+//! # Batch invariance, by construction
+//!
+//! Each element of `C` is one chain of fused multiply-adds over `k = 0, 1, …, K−1` in order,
+//! started from 0 (or from `C`'s value when accumulating): the `K` blocks continue the chain from
+//! the value the previous block stored, and a tile with fewer than `MR` rows runs the same chain on
+//! its rows. So an element's bits depend on its row of `A` and column of `B` alone — not on how
+//! many rows or columns `C` has, how it is split between threads, or whether the AVX2 or the
+//! portable kernel runs. The decoder relies on this: a sequence's logits are the same bits alone
+//! or in any batch, and the trainer's forward reproduces the sampler's log-probs exactly.
+
+mod kernel;
+
+use kernel::{MR, MicroKernel, NR, Portable};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 96 KiB, stay in L2.
+const MC: usize = 96;
+/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 16 KiB, stays in L1.
+const KC: usize = 256;
+/// Multiply-adds below which a product runs on the calling thread alone.
+const PARALLEL_WORK: usize = 1 << 18;
+
+/// A read-only `rows × cols` matrix in a slice, element `(i, j)` at `i·row_stride + j·col_stride`.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major `rows × cols` matrix.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        debug_assert_eq!(data.len(), rows * cols, "a {rows}x{cols} matrix");
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose: the same elements, rows and columns swapped (no copy).
+    pub fn t(self) -> Self {
+        Self {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize, j: usize) -> f32 {
+        self.data[i * self.row_stride + j * self.col_stride]
+    }
+}
+
+/// The right operand of a product, packed: panels of [`NR`] columns, each `[k][NR]` (the last
+/// zero-padded). A weight packed once serves every product that reads it.
+#[derive(Debug, Clone)]
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    panels: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs `b` (`k × n`, any strides).
+    pub fn new(b: MatRef<'_>) -> Self {
+        let (k, n) = (b.rows, b.cols);
+        let mut panels = vec![0.0f32; n.div_ceil(NR) * k * NR];
+        let pack = |p: usize, panel: &mut [f32]| {
+            let j0 = p * NR;
+            let width = NR.min(n - j0);
+            for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
+                for (j, v) in step[..width].iter_mut().enumerate() {
+                    *v = b.at(kk, j0 + j);
+                }
+            }
+        };
+        if k > 0 {
+            if k * n < PARALLEL_WORK {
+                panels
+                    .chunks_exact_mut(k * NR)
+                    .enumerate()
+                    .for_each(|(p, panel)| pack(p, panel));
+            } else {
+                panels
+                    .par_chunks_exact_mut(k * NR)
+                    .enumerate()
+                    .for_each(|(p, panel)| pack(p, panel));
+            }
+        }
+        Self { k, n, panels }
+    }
+
+    /// The inner dimension (rows of `B`).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns of `B`.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Steps `k0..k1` of panel `p`.
+    fn panel(&self, p: usize, steps: Range<usize>) -> &[f32] {
+        let base = p * self.k * NR;
+        &self.panels[base + steps.start * NR..base + steps.end * NR]
+    }
+}
+
+/// What a product does with `C`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    /// `C = A·B` (`C`'s values are ignored).
+    Overwrite,
+    /// `C += A·B`, each element's chain starting from its value.
+    Accumulate,
+}
+
+/// `C = A·B` or `C += A·B` for `A` `m × k` (any strides), `B` packed `k × n`, `C` row-major
+/// `m × n`.
+///
+/// # Panics
+/// If the shapes disagree (a bug in the caller, not an input error).
+pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
+    let (m, k, n) = (a.rows, b.k, b.n);
+    assert!(
+        a.cols == k && c.len() == m * n,
+        "GEMM shapes: A {m}x{}, B {k}x{n}, C has {} values",
+        a.cols,
+        c.len()
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if init == Init::Overwrite {
+            c.fill(0.0);
+        }
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    if threads == 1 || m * n * k < PARALLEL_WORK {
+        let mut rows: Vec<&mut [f32]> = c.chunks_exact_mut(n).collect();
+        run(
+            Chunk {
+                rows: 0..m,
+                panels: 0..n.div_ceil(NR),
+                out: &mut rows,
+            },
+            a,
+            b,
+            init,
+        );
+        return;
+    }
+    let panels = n.div_ceil(NR);
+    let chunks: Vec<(Range<usize>, Range<usize>, Vec<&mut [f32]>)> = if m >= n {
+        // Rows of C, in multiples of MR.
+        let per = m.div_ceil(threads).div_ceil(MR) * MR;
+        c.chunks_mut(per * n)
+            .enumerate()
+            .map(|(t, block)| {
+                let r0 = t * per;
+                let rows = block.chunks_exact_mut(n).collect::<Vec<_>>();
+                (r0..r0 + rows.len(), 0..panels, rows)
+            })
+            .collect()
+    } else {
+        // Panels of columns; every row of C cut at the same columns.
+        let per = panels.div_ceil(threads);
+        let bounds: Vec<Range<usize>> = (0..panels)
+            .step_by(per)
+            .map(|p0| p0..(p0 + per).min(panels))
+            .collect();
+        let mut parts: Vec<Vec<&mut [f32]>> =
+            bounds.iter().map(|_| Vec::with_capacity(m)).collect();
+        for row in c.chunks_exact_mut(n) {
+            let mut rest = row;
+            for (part, range) in parts.iter_mut().zip(&bounds) {
+                let width = (range.end * NR).min(n) - range.start * NR;
+                let (piece, tail) = rest.split_at_mut(width);
+                part.push(piece);
+                rest = tail;
+            }
+        }
+        bounds
+            .into_iter()
+            .zip(parts)
+            .map(|(range, rows)| (0..m, range, rows))
+            .collect()
+    };
+    chunks.into_par_iter().for_each(|(rows, panels, mut out)| {
+        run(
+            Chunk {
+                rows,
+                panels,
+                out: &mut out,
+            },
+            a,
+            b,
+            init,
+        );
+    });
+}
+
+/// The part of `C` one thread computes: rows `rows` and panels `panels`, given as one slice per
+/// row covering exactly those panels' columns.
+struct Chunk<'c, 'r> {
+    rows: Range<usize>,
+    panels: Range<usize>,
+    out: &'r mut [&'c mut [f32]],
+}
+
+/// Runs a chunk with the best kernel this CPU has.
+fn run(chunk: Chunk<'_, '_>, a: MatRef<'_>, b: &PackedB, init: Init) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V3::try_new() {
+        struct Op<'a, 'c, 'r> {
+            simd: pulp::x86::V3,
+            chunk: Chunk<'c, 'r>,
+            a: MatRef<'a>,
+            b: &'a PackedB,
+            init: Init,
+        }
+        impl pulp::NullaryFnOnce for Op<'_, '_, '_> {
+            type Output = ();
+            #[inline(always)]
+            fn call(self) {
+                drive(
+                    kernel::Avx2(self.simd),
+                    self.chunk,
+                    self.a,
+                    self.b,
+                    self.init,
+                );
+            }
+        }
+        simd.vectorize(Op {
+            simd,
+            chunk,
+            a,
+            b,
+            init,
+        });
+        return;
+    }
+    drive(Portable, chunk, a, b, init);
+}
+
+/// The blocked loop nest over one chunk.
+#[inline(always)]
+fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_, '_>, a: MatRef<'_>, b: &PackedB, init: Init) {
+    let Chunk { rows, panels, out } = chunk;
+    let (k, n) = (b.k, b.n);
+    let col0 = panels.start * NR;
+    let mut packed_a = vec![0.0f32; MC * KC];
+    for i0 in rows.clone().step_by(MC) {
+        let i1 = (i0 + MC).min(rows.end);
+        for k0 in (0..k).step_by(KC) {
+            let k1 = (k0 + KC).min(k);
+            let kc = k1 - k0;
+            pack_a(a, i0..i1, k0..k1, &mut packed_a);
+            let load = k0 > 0 || init == Init::Accumulate;
+            for p in panels.clone() {
+                let b_panel = b.panel(p, k0..k1);
+                let j0 = p * NR - col0;
+                let width = NR.min(n - p * NR);
+                for (q, r0) in (i0..i1).step_by(MR).enumerate() {
+                    let a_panel = &packed_a[q * kc * MR..(q + 1) * kc * MR];
+                    let out_rows = &mut out[r0 - rows.start..(r0 + MR).min(i1) - rows.start];
+                    let tile = Tile {
+                        a: a_panel,
+                        b: b_panel,
+                        j0,
+                        width,
+                        load,
+                    };
+                    match out_rows.len() {
+                        6 => tile.run::<6, K>(kern, out_rows),
+                        5 => tile.run::<5, K>(kern, out_rows),
+                        4 => tile.run::<4, K>(kern, out_rows),
+                        3 => tile.run::<3, K>(kern, out_rows),
+                        2 => tile.run::<2, K>(kern, out_rows),
+                        _ => tile.run::<1, K>(kern, out_rows),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One tile's operands and where it lands in its rows of `C`.
+struct Tile<'p> {
+    a: &'p [f32],
+    b: &'p [f32],
+    /// First column of the tile in the chunk's row slices, and how many of its [`NR`] are real.
+    j0: usize,
+    width: usize,
+    /// Whether the chains continue from `C`'s values (else they start from 0).
+    load: bool,
+}
+
+impl Tile<'_> {
+    #[inline(always)]
+    fn run<const R: usize, K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
+        let cols = self.j0..self.j0 + self.width;
+        let mut acc = [[0.0f32; NR]; R];
+        if self.load {
+            for (row, c) in acc.iter_mut().zip(out.iter()) {
+                row[..self.width].copy_from_slice(&c[cols.clone()]);
+            }
+        }
+        kern.tile::<R>(self.a, self.b, &mut acc);
+        for (row, c) in acc.iter().zip(out.iter_mut()) {
+            c[cols.clone()].copy_from_slice(&row[..self.width]);
+        }
+    }
+}
+
+/// Packs rows `rows` × steps `steps` of `a` into panels of [`MR`] rows, each `[k][MR]`.
+fn pack_a(a: MatRef<'_>, rows: Range<usize>, steps: Range<usize>, out: &mut [f32]) {
+    let kc = steps.len();
+    for (q, r0) in rows.clone().step_by(MR).enumerate() {
+        let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
+        let height = MR.min(rows.end - r0);
+        for (kk, step) in panel.chunks_exact_mut(MR).enumerate() {
+            for (r, v) in step[..height].iter_mut().enumerate() {
+                *v = a.at(r0 + r, steps.start + kk);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

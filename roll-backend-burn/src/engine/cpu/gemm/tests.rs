@@ -1,0 +1,146 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::engine::cpu::uniform;
+
+/// Element `(i, j)` of `A·B` as the contract says: one fused multiply-add chain over `k` in
+/// order, from `start`.
+fn chain(a: MatRef<'_>, b: MatRef<'_>, i: usize, j: usize, start: f32) -> f32 {
+    (0..a.cols()).fold(start, |c, k| a.at(i, k).mul_add(b.at(k, j), c))
+}
+
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut rnd = uniform(seed);
+    (0..len).map(|_| rnd()).collect()
+}
+
+/// Every element is the in-order FMA chain, bit for bit, for shapes that exercise every edge:
+/// one row or column, partial tiles and panels, several K blocks, the row and the column split
+/// between threads, and a transposed left operand.
+#[test]
+fn every_element_is_the_in_order_fma_chain() {
+    let shapes = [
+        (1, 1, 1),
+        (1, 37, 5),
+        (5, 3, 17),
+        (7, 300, 33),
+        (13, 513, 1),
+        (64, 96, 700),
+        (300, 64, 40),
+        (97, 700, 130),
+    ];
+    for (seed, &(m, k, n)) in shapes.iter().enumerate() {
+        let a = random(m * k, seed as u64);
+        let b = random(k * n, 100 + seed as u64);
+        let bm = MatRef::row_major(&b, k, n);
+        let packed = PackedB::new(bm);
+        for transposed in [false, true] {
+            let at = if transposed {
+                crate::engine::cpu::matrix::transpose(&a, m, k)
+            } else {
+                a.clone()
+            };
+            let am = if transposed {
+                MatRef::row_major(&at, k, m).t()
+            } else {
+                MatRef::row_major(&at, m, k)
+            };
+            let mut c = vec![f32::NAN; m * n];
+            matmul(&mut c, am, &packed, Init::Overwrite);
+            for i in 0..m {
+                for j in 0..n {
+                    assert_eq!(
+                        c[i * n + j].to_bits(),
+                        chain(am, bm, i, j, 0.0).to_bits(),
+                        "{m}x{k}x{n} (A transposed: {transposed}) at ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Accumulating continues each element's chain from the value `C` held.
+#[test]
+fn accumulating_continues_the_chain_from_c() {
+    let (m, k, n) = (70, 530, 45);
+    let a = random(m * k, 7);
+    let b = random(k * n, 8);
+    let start = random(m * n, 9);
+    let (am, bm) = (MatRef::row_major(&a, m, k), MatRef::row_major(&b, k, n));
+    let mut c = start.clone();
+    matmul(&mut c, am, &PackedB::new(bm), Init::Accumulate);
+    for i in 0..m {
+        for j in 0..n {
+            assert_eq!(
+                c[i * n + j].to_bits(),
+                chain(am, bm, i, j, start[i * n + j]).to_bits()
+            );
+        }
+    }
+}
+
+/// A row of `C` has the same bits whether it is computed alone or among others, whichever way
+/// the product is split between threads.
+#[test]
+fn a_row_does_not_depend_on_the_rows_beside_it() {
+    let (k, n) = (384, 1408);
+    let b = random(k * n, 3);
+    let packed = PackedB::new(MatRef::row_major(&b, k, n));
+    let a = random(2048 * k, 4);
+    let mut whole = vec![0.0; 2048 * n];
+    matmul(
+        &mut whole,
+        MatRef::row_major(&a, 2048, k),
+        &packed,
+        Init::Overwrite,
+    );
+    for (m, row) in [(1, 0), (2, 1), (31, 17), (200, 150)] {
+        let mut part = vec![0.0; m * n];
+        let start = row.min(2048 - m);
+        let rows = MatRef::row_major(&a[start * k..(start + m) * k], m, k);
+        matmul(&mut part, rows, &packed, Init::Overwrite);
+        assert!(
+            part == whole[start * n..(start + m) * n],
+            "{m} rows from {start}"
+        );
+    }
+}
+
+/// A product with no inner dimension is zero, or leaves `C` as it was.
+#[test]
+fn an_empty_inner_dimension_gives_zero() {
+    let packed = PackedB::new(MatRef::row_major(&[], 0, 3));
+    let mut c = vec![5.0; 6];
+    matmul(
+        &mut c,
+        MatRef::row_major(&[], 2, 0),
+        &packed,
+        Init::Accumulate,
+    );
+    assert_eq!(c, [5.0; 6]);
+    matmul(
+        &mut c,
+        MatRef::row_major(&[], 2, 0),
+        &packed,
+        Init::Overwrite,
+    );
+    assert_eq!(c, [0.0; 6]);
+}
+
+/// The portable kernel computes what the chain says (it runs where AVX2 does not, and in this
+/// test everywhere).
+#[test]
+fn the_portable_kernel_is_the_chain() {
+    let (kc, rows) = (37, 5);
+    let a = random(kc * MR, 11);
+    let b = random(kc * NR, 12);
+    let mut acc = [[0.5f32; NR]; 5];
+    Portable.tile::<5>(&a, &b, &mut acc);
+    for r in 0..rows {
+        for j in 0..NR {
+            let want = (0..kc).fold(0.5f32, |c, k| a[k * MR + r].mul_add(b[k * NR + j], c));
+            assert_eq!(acc[r][j].to_bits(), want.to_bits());
+        }
+    }
+}
