@@ -6,7 +6,8 @@
 //! 16 × 128 tokens, as the baseline does.
 //!
 //! Beside it, in the same run:
-//! - `matmul_peak`: one Flex GEMM of the 28M config's gate/up shape (`[2048, 512]·[512, 1408]`),
+//! - `matmul_peak`: one GEMM of the 28M config's gate/up shape (`[2048, 512]·[512, 1408]`) and
+//!   of 2048³, through Flex's matmul and through roll's own GEMM (what the fast paths run),
 //!   whose FLOP/s is the peak the train step's model-FLOPs utilisation is measured against;
 //! - `train_step_mixed`: 16 sequences of 16, 32, …, 256 tokens (2,176 in all) on the fused path,
 //!   **packed** end to end as the trainer does, and **padded** to 256 each (4,096 tokens, padding
@@ -164,6 +165,30 @@ fn bench(c: &mut Criterion) {
     group.bench_function("flex_2048x2048x2048", |b| {
         b.iter(|| a2.clone().matmul(w2.clone()))
     });
+    // roll's own GEMM (what the decoder and the fused training path run), same shapes; the
+    // right operand packed once, as the decoder's weights are.
+    use roll_backend_burn::engine::cpu::gemm::{Init, MatRef, PackedB, matmul};
+    for (m, k, n) in [(2048usize, 512usize, 1408usize), (2048, 2048, 2048)] {
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let w: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let packed = PackedB::new(MatRef::row_major(&w, k, n));
+        let mut out = vec![0.0f32; m * n];
+        group.throughput(Throughput::Elements((2 * m * n * k) as u64));
+        group.bench_function(format!("roll_{m}x{k}x{n}"), |b| {
+            b.iter(|| {
+                matmul(
+                    &mut out,
+                    MatRef::row_major(&a, m, k),
+                    &packed,
+                    Init::Overwrite,
+                )
+            })
+        });
+    }
     group.finish();
 
     // Full fine-tuning, and LoRA (rank 16 on every projection of the decoder layers; on the

@@ -147,7 +147,7 @@ pub(crate) fn models_under_test() -> Vec<(&'static str, CausalLm, Vec<Vec<u32>>)
         seqs.push(ids(40, m.vocab_size(), 7));
         out.push((name, m, seqs));
     }
-    // `small-qwen2`: inner dimensions above 512 (sliced GEMMs), matrices cut into row blocks.
+    // `small-qwen2`: inner dimensions above the GEMM's 512-step blocks, products split between threads.
     for (name, cfg) in [
         ("qwen3", qwen3_config()),
         ("qwen3-bias", qwen3_bias_config()),

@@ -23,9 +23,9 @@
 //!
 //! A [`DecodeBackend::forward`] call flattens every input's new tokens into one batch of `n`
 //! tokens (varlen batching, as vLLM does), so prefills and decodes share each GEMM. The residual
-//! stream is kept **transposed**, `[hidden, n]`, and every GEMM runs as `Wᵀ · Xᵀ` with the weight
-//! as gemm's left operand — at decode shapes 1.3–4× faster than `X · W` (measured by the
-//! `decode_kernels` bench). Per layer:
+//! stream is kept **transposed**, `[hidden, n]`; every linear layer is `X · W` on roll's GEMM
+//! ([`gemm`]) with the weight packed once as its right operand and the activations read through
+//! their transposed layout. Per layer:
 //!
 //! 1. HF RMSNorm of each token;
 //! 2. **one** GEMM against `q|k|v`, fused at load time (`[(heads + 2·kv_heads)·head_dim, hidden]`),
@@ -39,7 +39,7 @@
 //!
 //! Each step of that list is a kernel in its own file: `norm.rs` (RMSNorm), `rope.rs` (rotary
 //! embedding), `attention.rs` (paged causal attention), `swiglu.rs` (the MLP's `silu(gate)·up`),
-//! `gemm.rs` (the blocked GEMMs), `logits.rs` (log-probs and entropies for scoring), with
+//! `linear.rs` (a linear layer on [`gemm`], roll's blocked GEMM), `logits.rs` (log-probs and entropies for scoring), with
 //! `matrix.rs` (transpose, residual add) and `exp.rs` (the vectorised exponential) under them;
 //! `weights.rs` builds the decoder's layout from a model and `cache.rs` is the paged cache.
 //!
@@ -52,20 +52,18 @@
 //! at the positions that predict response tokens instead, and reduces those logits to per-token
 //! log-probs and entropies.
 //!
-//! GEMMs go through Burn's Flex backend (the `gemm` crate) on 2-D tensors built once at
-//! [`CpuDecoder::from_model`]; each weight is cut into row blocks multiplied concurrently with
-//! rayon (one per thread of the pool the decoder is built in) and inner slices of at most 512.
-//! Everything else is plain Rust over `f32` slices.
+//! The GEMMs are roll's own ([`gemm`]: packed panels, an AVX2 + FMA micro-kernel, rayon across
+//! pieces of the output), on weights packed once at [`CpuDecoder::from_model`]. Everything else
+//! is plain Rust over `f32` slices.
 //!
 //! # Batch invariance
 //!
 //! A sequence's logits are bit-identical whatever else shares the call. Every reduction outside
 //! the GEMMs (RMSNorm's sum of squares, attention dot products and softmax sums, the weighted sum
 //! of values) runs in a fixed order that depends only on the token being reduced, never on the
-//! batch or on which thread runs it. Flex's GEMM accumulates each output element in an order that
-//! depends only on the inner dimension, not on the number of tokens, except for a single token,
-//! where `gemm` switches to a matrix-vector kernel: a lone token is therefore padded to two. The
-//! tests check this bit for bit, mixing prefills and decodes, at the tiny fixture's shapes and at
+//! batch or on which thread runs it, and each GEMM output element is one chain of fused
+//! multiply-adds over the inner dimension in order, whatever the number of tokens (see
+//! [`gemm`]). The tests check this bit for bit, mixing prefills and decodes, at the tiny fixture's shapes and at
 //! those of the benchmark's 28M-parameter model.
 //!
 //! # Numerics
@@ -125,10 +123,9 @@ pub struct CpuDecoder {
 }
 
 impl CpuDecoder {
-    /// Copies `model`'s weights into the decoder's layout: transposed GEMM operands with `q|k|v`
-    /// and `gate|up` fused, cut into one row block per thread of the current rayon pool (build
-    /// the decoder inside the pool that will run it), and the embedding table, which a tied LM
-    /// head shares.
+    /// Copies `model`'s weights into the decoder's layout: linear layers packed for roll's GEMM
+    /// with `q|k|v` and `gate|up` fused, and the embedding table (a tied LM head packs its own
+    /// copy).
     ///
     /// # Errors
     /// [`BackendError::UnsupportedByDecoder`] for [`CausalLm::Qwen3Moe`] (or MLP biases),

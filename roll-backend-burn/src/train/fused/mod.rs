@@ -2,7 +2,7 @@
 //! exactly the activations its backward reads, and an analytic backward — RMSNorm, rotary
 //! embedding, causal grouped-query attention, SwiGLU, residuals, and the LM head fused with the
 //! log-prob/entropy of each trained position a chunk of rows at a time (no `[tokens, vocab]`
-//! tensor is kept). GEMMs go through Flex's matmul; element-wise work is spread over rayon.
+//! tensor is kept). GEMMs run on roll's CPU GEMM (the decoder's); element-wise work is spread over rayon.
 //!
 //! **The forward is the inference engine's.** It runs the CPU decoder's own forward
 //! ([`CpuDecoder::forward_recorded`](crate::engine::cpu::CpuDecoder::forward_recorded)) on the

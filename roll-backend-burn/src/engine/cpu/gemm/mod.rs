@@ -29,10 +29,13 @@ use kernel::{MR, MicroKernel, NR, Portable};
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 96 KiB, stay in L2.
+/// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 192 KiB, stay in L2.
 const MC: usize = 96;
-/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 16 KiB, stays in L1.
-const KC: usize = 256;
+/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
+const KC: usize = 512;
+/// Pieces of `C` per rayon thread: more pieces than threads let work stealing even out a thread
+/// that falls behind (on a shared host, one often does).
+const CHUNKS_PER_THREAD: usize = 4;
 /// Multiply-adds below which a product runs on the calling thread alone.
 const PARALLEL_WORK: usize = 1 << 18;
 
@@ -80,7 +83,7 @@ impl<'a> MatRef<'a> {
         self.cols
     }
 
-    #[inline(always)]
+    #[cfg(test)]
     fn at(&self, i: usize, j: usize) -> f32 {
         self.data[i * self.row_stride + j * self.col_stride]
     }
@@ -100,12 +103,23 @@ impl PackedB {
     pub fn new(b: MatRef<'_>) -> Self {
         let (k, n) = (b.rows, b.cols);
         let mut panels = vec![0.0f32; n.div_ceil(NR) * k * NR];
+        // Along `b`'s contiguous dimension, as `pack_a` does.
         let pack = |p: usize, panel: &mut [f32]| {
             let j0 = p * NR;
             let width = NR.min(n - j0);
-            for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
-                for (j, v) in step[..width].iter_mut().enumerate() {
-                    *v = b.at(kk, j0 + j);
+            if b.col_stride == 1 {
+                for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
+                    let at = kk * b.row_stride + j0;
+                    for (v, &x) in step.iter_mut().zip(&b.data[at..at + width]) {
+                        *v = x;
+                    }
+                }
+            } else {
+                for j in 0..width {
+                    let column = (j0 + j) * b.col_stride;
+                    for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
+                        step[j] = b.data[column + kk * b.row_stride];
+                    }
                 }
             }
         };
@@ -191,7 +205,7 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
     let panels = n.div_ceil(NR);
     let chunks: Vec<(Range<usize>, Range<usize>, Vec<&mut [f32]>)> = if m >= n {
         // Rows of C, in multiples of MR.
-        let per = m.div_ceil(threads).div_ceil(MR) * MR;
+        let per = m.div_ceil(threads * CHUNKS_PER_THREAD).max(MC).div_ceil(MR) * MR;
         c.chunks_mut(per * n)
             .enumerate()
             .map(|(t, block)| {
@@ -202,7 +216,7 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
             .collect()
     } else {
         // Panels of columns; every row of C cut at the same columns.
-        let per = panels.div_ceil(threads);
+        let per = panels.div_ceil(threads * CHUNKS_PER_THREAD);
         let bounds: Vec<Range<usize>> = (0..panels)
             .step_by(per)
             .map(|p0| p0..(p0 + per).min(panels))
@@ -338,29 +352,75 @@ struct Tile<'p> {
 impl Tile<'_> {
     #[inline(always)]
     fn run<const R: usize, K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
-        let cols = self.j0..self.j0 + self.width;
+        // Whole tiles move as fixed-size arrays (vector loads and stores); `copy_from_slice` of a
+        // run-time length would call `memmove` twice per row and tile.
+        let j0 = self.j0;
         let mut acc = [[0.0f32; NR]; R];
-        if self.load {
-            for (row, c) in acc.iter_mut().zip(out.iter()) {
-                row[..self.width].copy_from_slice(&c[cols.clone()]);
+        if self.width == NR {
+            if self.load {
+                for (row, c) in acc.iter_mut().zip(out.iter()) {
+                    if let Some(c) = c
+                        .get(j0..j0 + NR)
+                        .and_then(|c| <&[f32; NR]>::try_from(c).ok())
+                    {
+                        *row = *c;
+                    }
+                }
             }
-        }
-        kern.tile::<R>(self.a, self.b, &mut acc);
-        for (row, c) in acc.iter().zip(out.iter_mut()) {
-            c[cols.clone()].copy_from_slice(&row[..self.width]);
+            kern.tile::<R>(self.a, self.b, &mut acc);
+            for (row, c) in acc.iter().zip(out.iter_mut()) {
+                if let Some(c) = c
+                    .get_mut(j0..j0 + NR)
+                    .and_then(|c| <&mut [f32; NR]>::try_from(c).ok())
+                {
+                    *c = *row;
+                }
+            }
+        } else {
+            let cols = j0..j0 + self.width;
+            if self.load {
+                for (row, c) in acc.iter_mut().zip(out.iter()) {
+                    for (v, &x) in row.iter_mut().zip(&c[cols.clone()]) {
+                        *v = x;
+                    }
+                }
+            }
+            kern.tile::<R>(self.a, self.b, &mut acc);
+            for (row, c) in acc.iter().zip(out.iter_mut()) {
+                for (x, &v) in c[cols.clone()].iter_mut().zip(row) {
+                    *x = v;
+                }
+            }
         }
     }
 }
 
 /// Packs rows `rows` × steps `steps` of `a` into panels of [`MR`] rows, each `[k][MR]`.
+///
+/// Reads `a` along its contiguous dimension: a transposed operand (unit row stride) step by
+/// step across all the rows, a row-major one row by row. Walking the other way would touch one
+/// cache line per element at a stride that, for power-of-two widths, maps every line to the same
+/// L1 set.
 fn pack_a(a: MatRef<'_>, rows: Range<usize>, steps: Range<usize>, out: &mut [f32]) {
     let kc = steps.len();
-    for (q, r0) in rows.clone().step_by(MR).enumerate() {
-        let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
-        let height = MR.min(rows.end - r0);
-        for (kk, step) in panel.chunks_exact_mut(MR).enumerate() {
-            for (r, v) in step[..height].iter_mut().enumerate() {
-                *v = a.at(r0 + r, steps.start + kk);
+    if a.row_stride == 1 {
+        for (kk, k) in steps.enumerate() {
+            let column = &a.data[k * a.col_stride + rows.start..k * a.col_stride + rows.end];
+            for (q, panel_rows) in column.chunks(MR).enumerate() {
+                let at = q * kc * MR + kk * MR;
+                for (v, &x) in out[at..at + MR].iter_mut().zip(panel_rows) {
+                    *v = x;
+                }
+            }
+        }
+    } else {
+        for (q, r0) in rows.clone().step_by(MR).enumerate() {
+            let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
+            for r in 0..MR.min(rows.end - r0) {
+                let row = r0 + r;
+                for (kk, k) in steps.clone().enumerate() {
+                    panel[kk * MR + r] = a.data[row * a.row_stride + k * a.col_stride];
+                }
             }
         }
     }
