@@ -71,6 +71,7 @@ fn softmax_rows(z: &mut [f32], vocab: usize, targets: &[u32], lp: &mut [f32], en
 
 /// The gradient of `Σ dlogp·logp + dent·H` with respect to `hidden`; the head's weight gradient
 /// (shaped as the weight) is added to `dw` (`None`: a frozen head, no weight gradient).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     head: &Head,
     hidden: &[f32],

@@ -189,12 +189,13 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
     }
     let threads = rayon::current_num_threads();
     if threads == 1 || m * n * k < PARALLEL_WORK {
-        let mut rows: Vec<&mut [f32]> = c.chunks_exact_mut(n).collect();
+        let out = c.chunks_exact_mut(n).collect();
+        let panels = 0..n.div_ceil(NR);
         run(
             Chunk {
                 rows: 0..m,
-                panels: 0..n.div_ceil(NR),
-                out: &mut rows,
+                panels,
+                out,
             },
             a,
             b,
@@ -203,15 +204,19 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
         return;
     }
     let panels = n.div_ceil(NR);
-    let chunks: Vec<(Range<usize>, Range<usize>, Vec<&mut [f32]>)> = if m >= n {
+    let chunks: Vec<Chunk<'_>> = if m >= n {
         // Rows of C, in multiples of MR.
         let per = m.div_ceil(threads * CHUNKS_PER_THREAD).max(MC).div_ceil(MR) * MR;
         c.chunks_mut(per * n)
             .enumerate()
             .map(|(t, block)| {
                 let r0 = t * per;
-                let rows = block.chunks_exact_mut(n).collect::<Vec<_>>();
-                (r0..r0 + rows.len(), 0..panels, rows)
+                let out = block.chunks_exact_mut(n).collect::<Vec<_>>();
+                Chunk {
+                    rows: r0..r0 + out.len(),
+                    panels: 0..panels,
+                    out,
+                }
             })
             .collect()
     } else {
@@ -235,43 +240,38 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
         bounds
             .into_iter()
             .zip(parts)
-            .map(|(range, rows)| (0..m, range, rows))
+            .map(|(range, out)| Chunk {
+                rows: 0..m,
+                panels: range,
+                out,
+            })
             .collect()
     };
-    chunks.into_par_iter().for_each(|(rows, panels, mut out)| {
-        run(
-            Chunk {
-                rows,
-                panels,
-                out: &mut out,
-            },
-            a,
-            b,
-            init,
-        );
-    });
+    chunks
+        .into_par_iter()
+        .for_each(|chunk| run(chunk, a, b, init));
 }
 
 /// The part of `C` one thread computes: rows `rows` and panels `panels`, given as one slice per
 /// row covering exactly those panels' columns.
-struct Chunk<'c, 'r> {
+struct Chunk<'c> {
     rows: Range<usize>,
     panels: Range<usize>,
-    out: &'r mut [&'c mut [f32]],
+    out: Vec<&'c mut [f32]>,
 }
 
 /// Runs a chunk with the best kernel this CPU has.
-fn run(chunk: Chunk<'_, '_>, a: MatRef<'_>, b: &PackedB, init: Init) {
+fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
     #[cfg(target_arch = "x86_64")]
     if let Some(simd) = pulp::x86::V3::try_new() {
-        struct Op<'a, 'c, 'r> {
+        struct Op<'a, 'c> {
             simd: pulp::x86::V3,
-            chunk: Chunk<'c, 'r>,
+            chunk: Chunk<'c>,
             a: MatRef<'a>,
             b: &'a PackedB,
             init: Init,
         }
-        impl pulp::NullaryFnOnce for Op<'_, '_, '_> {
+        impl pulp::NullaryFnOnce for Op<'_, '_> {
             type Output = ();
             #[inline(always)]
             fn call(self) {
@@ -298,8 +298,12 @@ fn run(chunk: Chunk<'_, '_>, a: MatRef<'_>, b: &PackedB, init: Init) {
 
 /// The blocked loop nest over one chunk.
 #[inline(always)]
-fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_, '_>, a: MatRef<'_>, b: &PackedB, init: Init) {
-    let Chunk { rows, panels, out } = chunk;
+fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
+    let Chunk {
+        rows,
+        panels,
+        mut out,
+    } = chunk;
     let (k, n) = (b.k, b.n);
     let col0 = panels.start * NR;
     let mut packed_a = vec![0.0f32; MC * KC];
