@@ -43,19 +43,20 @@ impl Linear {
         self.weight.n()
     }
 
+    /// `X · W` (no bias), token-major (`[cols, d_out]`), for transposed activations `xt`.
+    fn product(&self, xt: &[f32], cols: usize) -> Vec<f32> {
+        let mut y = vec![0.0f32; cols * self.d_out()];
+        let x = MatRef::row_major(xt, self.d_in(), cols).t();
+        matmul(&mut y, x, &self.weight, Init::Overwrite);
+        y
+    }
+
     /// `X · W + bias`, token-major (`[cols, d_out]`), for transposed activations `xt`
     /// (`[d_in, cols]`).
     pub(crate) fn forward_rows(&self, xt: &[f32], cols: usize) -> Vec<f32> {
-        let d_out = self.d_out();
-        let mut y = vec![0.0f32; cols * d_out];
-        matmul(
-            &mut y,
-            MatRef::row_major(xt, self.d_in(), cols).t(),
-            &self.weight,
-            Init::Overwrite,
-        );
+        let mut y = self.product(xt, cols);
         if let Some(bias) = &self.bias {
-            for row in y.chunks_exact_mut(d_out) {
+            for row in y.chunks_exact_mut(self.d_out()) {
                 for (v, b) in row.iter_mut().zip(bias) {
                     *v += b;
                 }
@@ -67,15 +68,7 @@ impl Linear {
     /// `(X · W + bias)ᵀ` (`[d_out, cols]`), the decoder's transposed layout, for transposed
     /// activations `xt` (`[d_in, cols]`).
     pub(crate) fn forward(&self, xt: &[f32], cols: usize) -> Vec<f32> {
-        let d_out = self.d_out();
-        let mut y = vec![0.0f32; cols * d_out];
-        matmul(
-            &mut y,
-            MatRef::row_major(xt, self.d_in(), cols).t(),
-            &self.weight,
-            Init::Overwrite,
-        );
-        let mut out = super::matrix::transpose(&y, cols, d_out);
+        let mut out = super::matrix::transpose(&self.product(xt, cols), cols, self.d_out());
         if let Some(bias) = &self.bias {
             for (row, b) in out.chunks_exact_mut(cols.max(1)).zip(bias) {
                 for v in row {
