@@ -5,9 +5,9 @@
 //! # The algorithm
 //!
 //! The loop nest of BLIS (Van Zee & van de Geijn, "BLIS: A Framework for Rapidly Instantiating
-//! BLAS Functionality", ACM TOMS 2015): `B` is cut into panels of [`NR`] columns laid out step by
-//! step (`[k][NR]`, zero-padded), `A` into blocks of [`MC`] rows × [`KC`] steps packed as panels of
-//! [`MR`] rows (`[k][MR]`), and a micro-kernel ([`kernel`]) updates one `MR × NR` tile of `C` held
+//! BLAS Functionality", ACM TOMS 2015): `B` is cut into panels of `NR` (16) columns laid out step by
+//! step (`[k][NR]`, zero-padded), `A` into blocks of `MC` rows × `KC` steps packed as panels of
+//! `MR` (6) rows (`[k][MR]`), and a micro-kernel (`kernel.rs`) updates one `MR × NR` tile of `C` held
 //! in registers. The `B` panel a tile reads stays in L1 across the `A` panels of a block, the `A`
 //! block in L2 across all `B` panels. The work is split between rayon's threads by rows of `C`
 //! when `C` has at least as many rows as columns, by panels of columns otherwise (a decode step's
@@ -89,7 +89,7 @@ impl<'a> MatRef<'a> {
     }
 }
 
-/// The right operand of a product, packed: panels of [`NR`] columns, each `[k][NR]` (the last
+/// The right operand of a product, packed: panels of 16 (`NR`) columns, each `[k][NR]` (the last
 /// zero-padded). A weight packed once serves every product that reads it.
 #[derive(Debug, Clone)]
 pub struct PackedB {
