@@ -113,7 +113,7 @@ struct Keeper<'a> {
 
 impl Keeper<'_> {
     /// A transposed activation `[features, tokens]`, kept for the weight gradients.
-    fn tensor_t(&self, values_t: &[f32]) -> Mat {
+    fn kept_t(&self, values_t: &[f32]) -> Mat {
         let features = values_t.len() / self.tokens.max(1);
         Mat::new(values_t.to_vec(), features, self.tokens)
     }
@@ -140,7 +140,7 @@ impl Recorder for Keeper<'_> {
     fn attention_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
         self.rows.x = transpose(x_t, self.w.hidden, self.tokens);
         self.rows.r1 = inv_rms.to_vec();
-        self.h1_t = Some(self.tensor_t(normed_t));
+        self.h1_t = Some(self.kept_t(normed_t));
     }
 
     fn qkv_projected(&mut self, qkv: &[f32]) {
@@ -161,13 +161,13 @@ impl Recorder for Keeper<'_> {
 
     fn attention(&mut self, probs: Vec<Vec<f32>>, out_t: &[f32]) {
         self.rows.probs = probs;
-        self.attn_t = Some(self.tensor_t(out_t));
+        self.attn_t = Some(self.kept_t(out_t));
     }
 
     fn mlp_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
         self.rows.xm = transpose(x_t, self.w.hidden, self.tokens);
         self.rows.r2 = inv_rms.to_vec();
-        self.h2_t = Some(self.tensor_t(normed_t));
+        self.h2_t = Some(self.kept_t(normed_t));
     }
 
     fn mlp_hidden(&mut self, gate_up_t: &[f32], act_t: &[f32]) {
@@ -175,7 +175,7 @@ impl Recorder for Keeper<'_> {
         let (gate_t, up_t) = gate_up_t.split_at(gate_up_t.len() / 2);
         self.rows.gate = transpose(gate_t, inter, self.tokens);
         self.rows.up = transpose(up_t, inter, self.tokens);
-        let act_t = self.tensor_t(act_t);
+        let act_t = self.kept_t(act_t);
         let rows = std::mem::take(&mut self.rows);
         // The decoder calls every hook of a layer before this one; `forward` checks that every
         // layer arrived.
