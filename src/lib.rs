@@ -64,7 +64,7 @@ pub mod prelude {
     pub use roll_core::scheduler::{
         GroupFilter, RlvrScheduler, RlvrSchedulerConfig, RolloutBatch, Scheduler,
     };
-    pub use roll_core::strategy::{DeviceSpec, SingleDevice};
+    pub use roll_core::strategy::{DeviceSpec, LocalGroup, LocalReplica, SingleDevice};
     pub use roll_core::tokenizer::{ChatMessage, Role};
     pub use roll_core::{
         Critic, Env, EnvStatus, Error, Generate, Generation, GenerationRequest, Group, Observation,

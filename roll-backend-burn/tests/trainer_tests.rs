@@ -10,7 +10,8 @@ use burn::optim::GradientsParams;
 
 use roll_algos::loss::{KlLoss, LossAggregation, ValueLossConfig};
 use roll_backend_burn::train::{
-    CriticTrainer, LoraConfig, Trainer, TrainerConfig, clip_grad_norm, global_grad_norm,
+    CriticTrainer, DataParallel, LoraConfig, Trainer, TrainerConfig, clip_grad_norm,
+    global_grad_norm,
 };
 use roll_backend_burn::{
     BackendError, CausalLm, Device, HfConfig, PaddingSide, ScoringOptions, TokenBatch, load_model,
@@ -802,4 +803,156 @@ fn score_request(seqs: &[TrainSequence]) -> ScoreRequest {
         with_entropy: false,
         ..Default::default()
     }
+}
+
+/// Adds per-token returns and old values to every sequence (for the critic).
+fn with_returns(b: &TrainBatch) -> TrainBatch {
+    let seqs = b.sequences().iter().cloned().enumerate().map(|(i, mut s)| {
+        let n = s.response_ids.len();
+        s.returns = Some(
+            (0..n)
+                .map(|t| (i as f32 - 1.5) * 0.5 + t as f32 * 0.05)
+                .collect(),
+        );
+        s.old_values = Some(vec![0.1; n]);
+        s
+    });
+    TrainBatch::new(seqs.collect()).unwrap()
+}
+
+#[test]
+fn data_parallel_replicas_train_like_one_trainer_on_the_union_batch() {
+    let model = fixture_model();
+    let objective = Objective {
+        loss_aggregation: LossAggregation::SeqMeanTokenSumNorm { horizon: None },
+        kl_loss: Some(KlLoss {
+            coef: 0.1,
+            estimator: Default::default(),
+        }),
+        entropy_coef: 0.01,
+        ..Objective::default()
+    };
+    // eps = 1e-3: see `four_micro_batches_equal_one_batch`.
+    let full = TrainerConfig {
+        lr: 1e-3,
+        eps: 1e-3,
+        micro_batch_tokens: Some(48),
+        ..TrainerConfig::default()
+    };
+    let lora = TrainerConfig {
+        lora: Some(LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            target_modules: vec!["q_proj".into(), "down_proj".into()],
+        }),
+        ..full.clone()
+    };
+    let cpu = roll_backend_burn::DeviceSpec::Cpu;
+    for config in [full, lora] {
+        let mut alone = Trainer::new(model.clone(), config.clone(), &dev()).unwrap();
+        let mut group = DataParallel::new(&[cpu; 3], |device| {
+            Trainer::new(model.clone(), config.clone(), &device)
+        })
+        .unwrap();
+        let before = params(&alone.inference_model().unwrap());
+        // Three steps on three batches; seven sequences split 3 ways by tokens.
+        for seed in [5, 6, 7] {
+            let b = batch(&model, 7, seed);
+            let shards = group.shards(&b).unwrap();
+            assert_eq!(shards.len(), 3);
+            assert!(shards.iter().all(|s| !s.sequences().is_empty()));
+            let one = alone.step(&b, &objective).unwrap();
+            let dp = group.step(&b, &objective).unwrap();
+            assert_eq!(
+                (dp.trained_tokens, dp.sequences, dp.skipped),
+                (one.trained_tokens, one.sequences, false)
+            );
+            assert!(
+                (dp.loss - one.loss).abs() < 1e-5,
+                "{} vs {}",
+                dp.loss,
+                one.loss
+            );
+            assert!((dp.grad_norm - one.grad_norm).abs() < 1e-5 * one.grad_norm.max(1.0));
+            for (k, v) in &one.metrics {
+                assert!(
+                    (dp.metrics[k] - v).abs() < 1e-4,
+                    "{k}: {} vs {v}",
+                    dp.metrics[k]
+                );
+            }
+        }
+        let after = params(&alone.inference_model().unwrap());
+        let (moved, _) = max_diff(&before, &after);
+        assert!(moved > 1e-3, "the steps changed nothing ({moved})");
+        let (d, at) = max_diff(&after, &params(&group.first().inference_model().unwrap()));
+        assert!(
+            d <= 1e-5,
+            "data parallel differs from one trainer by {d} at {at}"
+        );
+        for replica in &group.replicas()[1..] {
+            assert_bitwise_equal(
+                &group.first().inference_model().unwrap(),
+                &replica.inference_model().unwrap(),
+            );
+        }
+    }
+}
+
+#[test]
+fn data_parallel_critic_trains_like_one_critic() {
+    let model = random_model();
+    let config = TrainerConfig {
+        lr: 1e-2,
+        eps: 1e-3,
+        micro_batch_size: Some(2),
+        ..TrainerConfig::default()
+    };
+    let objective = Objective::default();
+    let cpu = roll_backend_burn::DeviceSpec::Cpu;
+    let mut alone = CriticTrainer::new(model.clone(), None, config.clone(), &dev()).unwrap();
+    let mut group = DataParallel::new(&[cpu; 2], |device| {
+        CriticTrainer::new(model.clone(), None, config.clone(), &device)
+    })
+    .unwrap();
+    for seed in [3, 4] {
+        let b = with_returns(&batch(&model, 5, seed));
+        let one = alone.step(&b, &objective).unwrap();
+        let dp = group.step(&b, &objective).unwrap();
+        assert!(
+            (dp.loss - one.loss).abs() < 1e-5,
+            "{} vs {}",
+            dp.loss,
+            one.loss
+        );
+    }
+    let (trunk, head) = alone.inference_model().unwrap();
+    let (dp_trunk, dp_head) = group.first().inference_model().unwrap();
+    let (d, at) = max_diff(&params(&trunk), &params(&dp_trunk));
+    assert!(d <= 1e-5, "trunks differ by {d} at {at}");
+    let (d, at) = max_diff(&params(&head), &params(&dp_head));
+    assert!(d <= 1e-5, "value heads differ by {d} at {at}");
+}
+
+#[test]
+fn a_replica_that_fails_stops_the_group_with_its_own_error() {
+    let model = fixture_model();
+    let cpu = roll_backend_burn::DeviceSpec::Cpu;
+    let mut group = DataParallel::new(&[cpu; 2], |device| {
+        Trainer::new(model.clone(), TrainerConfig::default(), &device)
+    })
+    .unwrap();
+    let good = batch(&model, 4, 9);
+    let mut seqs = good.sequences().to_vec();
+    seqs[2].response_ids[0] = 1_000_000;
+    let bad = TrainBatch::new(seqs).unwrap();
+    let err = group.step(&bad, &Objective::default()).unwrap_err();
+    assert!(
+        !matches!(err, BackendError::Collective(_)) && err.to_string().contains("1000000"),
+        "{err}"
+    );
+    // The group is broken for good: the next step says which replica failed, and does not hang.
+    let err = group.step(&good, &Objective::default()).unwrap_err();
+    assert!(matches!(err, BackendError::Collective(_)), "{err}");
+    assert!(err.to_string().contains("failed"), "{err}");
 }

@@ -101,6 +101,28 @@ pub enum Error {
     /// A parallelisation strategy failed (a collective, a placement).
     #[error("strategy failed: {0}")]
     Strategy(#[source] BoxError),
+    /// A data-parallel replica failed, so the collective the others were waiting in cannot
+    /// complete: the whole step stops rather than hang.
+    #[error("replica {rank} of {world_size} failed: {reason}")]
+    ReplicaFailed {
+        /// The failed replica's rank.
+        rank: usize,
+        /// Replicas in the group.
+        world_size: usize,
+        /// What it reported.
+        reason: String,
+    },
+    /// Replicas called a collective with different arguments: they disagree on what they are
+    /// doing, a bug in the caller (each replica must issue the same collectives in order).
+    #[error("collective mismatch: replica {rank} passed {got} where another passed {expected}")]
+    CollectiveMismatch {
+        /// The replica whose call differed.
+        rank: usize,
+        /// What the round's first caller passed (length and operation).
+        expected: String,
+        /// What this replica passed.
+        got: String,
+    },
     /// An operation took longer than its limit.
     #[error("{what} timed out after {after:?}")]
     Timeout {

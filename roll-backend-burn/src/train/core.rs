@@ -4,6 +4,7 @@
 use super::adamw::{FusedAdamW, GradScale};
 use super::clip::{clip_coefficient, global_grad_norm};
 use super::config::TrainerConfig;
+use super::group::Group;
 use super::lora::TrainerRng;
 use super::schedule::lr_at;
 use crate::models::{PaddingSide, TokenBatch};
@@ -12,8 +13,10 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use roll_algos::loss::Denominators;
+use roll_core::strategy::{ReduceOp, Strategy};
 use roll_core::{TrainBatch, TrainSequence};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The result of one train step: the main numbers as fields, everything (these included) in
 /// [`TrainStepReport::to_metrics`].
@@ -251,31 +254,114 @@ impl<'a> Chunk<'a> {
     }
 }
 
+/// The metrics a trainer reports, by how they combine over micro-batches (and replicas).
+#[derive(Debug)]
+pub(crate) struct MetricSchema {
+    /// Contributions that add up to the batch value (losses under global denominators).
+    pub sums: &'static [&'static str],
+    /// Token-weighted means (fractions, KL diagnostics).
+    pub means: &'static [&'static str],
+    /// Maxima.
+    pub maxima: &'static [&'static str],
+}
+
 /// Sums of micro-batch metrics: contributions (losses, which add up to the batch value under
 /// global denominators) and token-weighted means (fractions, KL diagnostics).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MetricSums {
-    sums: BTreeMap<String, f64>,
-    weighted: BTreeMap<String, f64>,
-    maxima: BTreeMap<String, f64>,
+    schema: &'static MetricSchema,
+    sums: BTreeMap<&'static str, f64>,
+    weighted: BTreeMap<&'static str, f64>,
+    maxima: BTreeMap<&'static str, f64>,
     tokens: f64,
 }
 
 impl MetricSums {
-    pub(crate) fn add_sum(&mut self, key: &str, value: f32) {
-        *self.sums.entry(key.to_string()).or_default() += f64::from(value);
+    pub(crate) fn new(schema: &'static MetricSchema) -> Self {
+        Self {
+            schema,
+            sums: BTreeMap::new(),
+            weighted: BTreeMap::new(),
+            maxima: BTreeMap::new(),
+            tokens: 0.0,
+        }
     }
 
-    pub(crate) fn add_mean(&mut self, key: &str, value: f32, tokens: usize) {
-        *self.weighted.entry(key.to_string()).or_default() += f64::from(value) * tokens as f64;
+    /// Adds `values[i]` to the schema's `sums[i]`.
+    pub(crate) fn add_sums<const N: usize>(&mut self, values: [f32; N]) {
+        for (&key, v) in self.schema.sums.iter().zip(values) {
+            *self.sums.entry(key).or_default() += f64::from(v);
+        }
     }
 
-    pub(crate) fn add_max(&mut self, key: &str, value: f32) {
-        let m = self
+    /// Adds `values[i]`, weighted by `tokens`, to the schema's `means[offset + i]`.
+    pub(crate) fn add_means<const N: usize>(
+        &mut self,
+        offset: usize,
+        values: [f32; N],
+        tokens: usize,
+    ) {
+        for (&key, v) in self.schema.means[offset..].iter().zip(values) {
+            *self.weighted.entry(key).or_default() += f64::from(v) * tokens as f64;
+        }
+    }
+
+    /// Raises the schema's `maxima[i]` to `values[i]`.
+    pub(crate) fn add_maxima<const N: usize>(&mut self, values: [f32; N]) {
+        for (&key, v) in self.schema.maxima.iter().zip(values) {
+            let m = self.maxima.entry(key).or_insert(f64::NEG_INFINITY);
+            *m = m.max(f64::from(v));
+        }
+    }
+
+    /// Sums `loss` and every metric over the replicas of `strategy` (in `f32`: they are
+    /// diagnostics). A metric no replica reported stays absent.
+    pub(crate) fn all_reduce(
+        &mut self,
+        strategy: &dyn Strategy,
+        loss: &mut f64,
+    ) -> roll_core::Result<()> {
+        let schema = self.schema;
+        let mut added = vec![*loss as f32, self.tokens as f32];
+        for (keys, map) in [(schema.sums, &self.sums), (schema.means, &self.weighted)] {
+            for key in keys {
+                let v = map.get(key);
+                added.extend([
+                    f32::from(u8::from(v.is_some())),
+                    v.map_or(0.0, |&v| v as f32),
+                ]);
+            }
+        }
+        strategy.all_reduce(&mut added, ReduceOp::Sum)?;
+        let mut maxima: Vec<f32> = schema
             .maxima
-            .entry(key.to_string())
-            .or_insert(f64::NEG_INFINITY);
-        *m = m.max(f64::from(value));
+            .iter()
+            .map(|key| {
+                self.maxima
+                    .get(key)
+                    .map_or(f32::NEG_INFINITY, |&v| v as f32)
+            })
+            .collect();
+        strategy.all_reduce(&mut maxima, ReduceOp::Max)?;
+        *loss = f64::from(added[0]);
+        self.tokens = f64::from(added[1]);
+        let mut pairs = added[2..].chunks_exact(2);
+        for (keys, map) in [
+            (schema.sums, &mut self.sums),
+            (schema.means, &mut self.weighted),
+        ] {
+            for (key, pair) in keys.iter().zip(pairs.by_ref()) {
+                if pair[0] > 0.0 {
+                    map.insert(key, f64::from(pair[1]));
+                }
+            }
+        }
+        for (key, m) in schema.maxima.iter().zip(maxima) {
+            if m > f32::NEG_INFINITY {
+                self.maxima.insert(key, f64::from(m));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn add_tokens(&mut self, tokens: usize) {
@@ -283,13 +369,13 @@ impl MetricSums {
     }
 
     pub(crate) fn finish(self) -> BTreeMap<String, f64> {
-        let mut out = self.sums;
         let n = self.tokens.max(1.0);
-        for (k, v) in self.weighted {
-            out.insert(k, v / n);
-        }
-        out.extend(self.maxima);
-        out
+        let sums = self.sums.into_iter();
+        let means = self.weighted.into_iter().map(|(k, v)| (k, v / n));
+        sums.chain(means)
+            .chain(self.maxima)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
     }
 }
 
@@ -330,6 +416,8 @@ pub(crate) struct Core<M: Module> {
     pub device: Device,
     /// The autodiff device the module lives on.
     pub ad_device: Device,
+    /// The data-parallel group this trainer is one replica of; `None` when it trains alone.
+    group: Option<Group>,
 }
 
 impl<M: Module> Core<M> {
@@ -345,7 +433,60 @@ impl<M: Module> Core<M> {
             rng,
             ad_device: device.clone().autodiff(),
             device,
+            group: None,
         }
+    }
+
+    /// Makes this trainer one replica of `strategy`'s data-parallel group.
+    pub(crate) fn join(&mut self, strategy: Arc<dyn Strategy>) {
+        self.group = Some(Group::new(strategy));
+    }
+
+    /// The group's strategy, when this trainer is one replica of a group.
+    pub(crate) fn strategy(&self) -> Option<&Arc<dyn Strategy>> {
+        self.group.as_ref().map(Group::strategy)
+    }
+
+    /// Runs `step`; if it fails, the other replicas are told (see [`Group::or_abort`]).
+    pub(crate) fn or_abort<T>(&self, step: impl FnOnce() -> Result<T>) -> Result<T> {
+        match &self.group {
+            Some(group) => group.or_abort(step),
+            None => step(),
+        }
+    }
+
+    /// [`plan`] of this replica's shard, with the group's denominators.
+    pub(crate) fn plan(&self, batch: &TrainBatch) -> Result<Plan> {
+        let mut plan = plan(batch, &self.config)?;
+        if let Some(group) = &self.group {
+            group.globalise(&mut plan)?;
+        }
+        Ok(plan)
+    }
+
+    /// A batch's gradients, loss and metrics, summed over the group when there is one.
+    pub(crate) fn batch_gradients(
+        &self,
+        grads: GradientsParams,
+        mut loss: f64,
+        mut sums: MetricSums,
+        plan: &Plan,
+    ) -> Result<BatchGradients> {
+        let grads = match &self.group {
+            Some(group) => {
+                group.sum_metrics(&mut loss, &mut sums)?;
+                group.sum_gradients(self.module()?, grads, &self.device)?
+            }
+            None => grads,
+        };
+        Ok(BatchGradients {
+            grads,
+            loss,
+            trained_tokens: plan.trained_tokens,
+            sequences: plan.sequences,
+            micro_batches: plan.chunks.len(),
+            metrics: sums.finish(),
+        })
     }
 
     pub(crate) fn module(&self) -> Result<&M> {

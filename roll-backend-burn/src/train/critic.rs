@@ -5,7 +5,7 @@ use super::checkpoint::{self, CheckpointMeta, TrainedRole};
 use super::config::TrainKernels;
 use super::config::TrainerConfig;
 use super::core::{
-    BatchGradients, Chunk, Core, MetricSums, TrainStepReport, materialize_params, plan,
+    BatchGradients, Chunk, Core, MetricSchema, MetricSums, TrainStepReport, materialize_params,
 };
 use super::fused;
 use super::lora::{LoraAttach, TrainerRng};
@@ -17,7 +17,9 @@ use burn::tensor::{Device, Tensor, TensorData};
 use roll_algos::loss::{CriticLossOutput, LossAggregation, critic_loss};
 use roll_core::TrainBatch;
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
+use roll_core::strategy::Strategy;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A critic: the decoder trunk (its LM head unused) and a scalar value head.
 #[derive(Module, Debug)]
@@ -38,6 +40,13 @@ impl CriticModel {
         self.head.forward(self.trunk.forward_hidden(batch))
     }
 }
+
+/// The critic's metrics, by how they combine (see [`MetricSums`]).
+static VALUE_METRICS: MetricSchema = MetricSchema {
+    sums: &["vf_loss"],
+    means: &["vf_clip_frac", "value_mean"],
+    maxima: &[],
+};
 
 /// Trains a [`CriticModel`] on the value loss of [`roll_algos::loss::critic_loss`]
 /// (`½·(v − R)²`, or its clipped form with `objective.value_loss.clip`), reduced like ROLL's
@@ -173,6 +182,14 @@ impl CriticTrainer {
         self.core.apply_batch(grads)
     }
 
+    /// Makes this critic one replica of a data-parallel group, as
+    /// [`Trainer::with_strategy`](super::Trainer::with_strategy).
+    #[must_use]
+    pub fn with_strategy(mut self, strategy: Arc<dyn Strategy>) -> Self {
+        self.core.join(strategy);
+        self
+    }
+
     /// Clips and applies gradients of [`CriticTrainer::accumulate_gradients`].
     ///
     /// # Errors
@@ -188,6 +205,15 @@ impl CriticTrainer {
     /// `old_values` while `objective.value_loss.clip` is set; [`BackendError::InvalidInput`] for
     /// a bad sequence.
     pub fn accumulate_gradients(
+        &self,
+        batch: &TrainBatch,
+        objective: &Objective,
+    ) -> Result<BatchGradients> {
+        self.core
+            .or_abort(|| self.accumulate_gradients_alone(batch, objective))
+    }
+
+    fn accumulate_gradients_alone(
         &self,
         batch: &TrainBatch,
         objective: &Objective,
@@ -209,13 +235,13 @@ impl CriticTrainer {
             ));
         }
         let model = self.core.module()?;
-        let plan = plan(batch, &self.core.config)?;
+        let plan = self.core.plan(batch)?;
         let fused = match self.kernels() {
             TrainKernels::Auto => Some(fused::extract(&model.trunk)?),
             TrainKernels::Autodiff => None,
         };
         let mut acc = GradientsAccumulator::<CriticModel>::new();
-        let mut sums = MetricSums::default();
+        let mut sums = MetricSums::new(&VALUE_METRICS);
         let mut loss = 0.0;
         let seqs = batch.sequences();
         for indices in &plan.chunks {
@@ -253,19 +279,12 @@ impl CriticTrainer {
                 }
             };
             loss += f64::from(out.metrics.vf_loss);
-            sums.add_sum("vf_loss", out.metrics.vf_loss);
-            sums.add_mean("vf_clip_frac", out.metrics.clip_frac, chunk.trained);
-            sums.add_mean("value_mean", out.metrics.value_mean, chunk.trained);
+            sums.add_sums([out.metrics.vf_loss]);
+            let means = [out.metrics.clip_frac, out.metrics.value_mean];
+            sums.add_means(0, means, chunk.trained);
             sums.add_tokens(chunk.trained);
         }
-        Ok(BatchGradients {
-            grads: acc.grads(),
-            loss,
-            trained_tokens: plan.trained_tokens,
-            sequences: plan.sequences,
-            micro_batches: plan.chunks.len(),
-            metrics: sums.finish(),
-        })
+        self.core.batch_gradients(acc.grads(), loss, sums, &plan)
     }
 
     /// The kernels this critic's gradients run on, decided as for the actor

@@ -53,7 +53,9 @@ mod config;
 mod core;
 mod critic;
 mod fused;
+mod group;
 mod lora;
+mod parallel;
 mod schedule;
 mod trainer;
 
@@ -62,5 +64,6 @@ pub use config::{LoraConfig, LrSchedule, TrainKernels, TrainerConfig};
 pub use core::{BatchGradients, TrainStepReport};
 pub use critic::{CriticModel, CriticTrainer};
 pub use lora::TrainerRng;
+pub use parallel::{DataParallel, Replica};
 pub use schedule::lr_at;
 pub use trainer::Trainer;

@@ -4,7 +4,8 @@ use super::checkpoint::{self, CheckpointMeta, TrainedRole};
 use super::config::TrainKernels;
 use super::config::TrainerConfig;
 use super::core::{
-    BatchGradients, Chunk, Core, MetricSums, Plan, TrainStepReport, materialize_params, plan,
+    BatchGradients, Chunk, Core, MetricSchema, MetricSums, Plan, TrainStepReport,
+    materialize_params,
 };
 use super::fused;
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
@@ -16,8 +17,27 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Tensor};
 use roll_algos::loss::{LossAggregation, PolicyInputs, PolicyMetrics, policy_objective};
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
+use roll_core::strategy::Strategy;
 use roll_core::{TrainBatch, TrainSequence};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The actor's metrics, by how they combine (see [`MetricSums`]).
+static POLICY_METRICS: MetricSchema = MetricSchema {
+    sums: &["pg_loss", "kl_loss", "entropy"],
+    means: &[
+        "clip_frac_low",
+        "clip_frac_high",
+        "dual_clip_frac",
+        "approx_kl",
+        "policy_kl",
+        "ratio_mean",
+        "train_infer/mean_abs_diff",
+        "train_infer/filtered_frac",
+        "train_infer/mean_is_weight",
+    ],
+    maxima: &["train_infer/max_abs_diff"],
+};
 
 /// Trains a [`CausalLm`] policy: micro-batched forward/backward with gradient accumulation,
 /// global-norm clipping, AdamW with a warmup/cosine schedule, optional LoRA, and atomic
@@ -203,6 +223,25 @@ impl Trainer {
         self.apply_gradients(grads)
     }
 
+    /// Makes this trainer one replica of a data-parallel group: each step then trains on this
+    /// replica's shard of the group's batch with the **group's** loss denominators, and applies
+    /// the group's summed gradients, so N replicas train exactly as one trainer on the union of
+    /// their shards (to rounding) and stay identical to each other. Every replica must start from
+    /// the same weights and config and take every step (an empty shard included).
+    ///
+    /// [`DataParallel`](super::DataParallel) runs a group in one process; `roll-mpi`'s strategy
+    /// runs one replica per process.
+    #[must_use]
+    pub fn with_strategy(mut self, strategy: Arc<dyn Strategy>) -> Self {
+        self.core.join(strategy);
+        self
+    }
+
+    /// The group this trainer is a replica of, if any.
+    pub fn strategy(&self) -> Option<&Arc<dyn Strategy>> {
+        self.core.strategy()
+    }
+
     /// Forward and backward over every micro-batch of `batch`, gradients summed; the weights are
     /// not changed.
     ///
@@ -212,8 +251,18 @@ impl Trainer {
     /// # Errors
     /// [`BackendError::Train`] if the objective is invalid or needs an input the batch lacks
     /// (`kl_loss` without `ref_logprobs`);
-    /// [`BackendError::InvalidInput`] / [`BackendError::TokenOutOfVocab`] for a bad sequence.
+    /// [`BackendError::InvalidInput`] / [`BackendError::TokenOutOfVocab`] for a bad sequence;
+    /// [`BackendError::Collective`] when this trainer is a replica and the group failed.
     pub fn accumulate_gradients(
+        &self,
+        batch: &TrainBatch,
+        objective: &Objective,
+    ) -> Result<BatchGradients> {
+        self.core
+            .or_abort(|| self.accumulate_gradients_alone(batch, objective))
+    }
+
+    fn accumulate_gradients_alone(
         &self,
         batch: &TrainBatch,
         objective: &Objective,
@@ -226,7 +275,7 @@ impl Trainer {
                 .iter()
                 .map(|s| s.prompt_ids.len() + s.response_ids.len()),
         )?;
-        let plan = plan(batch, &self.core.config)?;
+        let plan = self.core.plan(batch)?;
         let mut objective = objective;
         if let LossAggregation::SeqMeanTokenSumNorm { horizon: None } = objective.loss_aggregation {
             objective.loss_aggregation = LossAggregation::SeqMeanTokenSumNorm {
@@ -238,7 +287,7 @@ impl Trainer {
             TrainKernels::Autodiff => None,
         };
         let mut acc = GradientsAccumulator::<CausalLm>::new();
-        let mut sums = MetricSums::default();
+        let mut sums = MetricSums::new(&POLICY_METRICS);
         let mut loss = 0.0;
         let seqs = batch.sequences();
         for indices in &plan.chunks {
@@ -265,43 +314,24 @@ impl Trainer {
                 }
             };
             loss += f64::from(m.total_loss);
-            for (k, v) in [
-                ("pg_loss", m.pg_loss),
-                ("kl_loss", m.kl_loss),
-                ("entropy", m.entropy),
-            ] {
-                sums.add_sum(k, v);
-            }
-            for (k, v) in [
-                ("clip_frac_low", m.clip_frac_low),
-                ("clip_frac_high", m.clip_frac_high),
-                ("dual_clip_frac", m.dual_clip_frac),
-                ("approx_kl", m.approx_kl),
-                ("policy_kl", m.policy_kl),
-                ("ratio_mean", m.ratio_mean),
-            ] {
-                sums.add_mean(k, v, chunk.trained);
-            }
+            sums.add_sums([m.pg_loss, m.kl_loss, m.entropy]);
+            let means = [
+                m.clip_frac_low,
+                m.clip_frac_high,
+                m.dual_clip_frac,
+                m.approx_kl,
+                m.policy_kl,
+                m.ratio_mean,
+            ];
+            sums.add_means(0, means, chunk.trained);
             if let Some(c) = m.correction {
-                for (k, v) in [
-                    ("train_infer/mean_abs_diff", c.mean_abs_diff),
-                    ("train_infer/filtered_frac", c.filtered_frac),
-                    ("train_infer/mean_is_weight", c.mean_is_weight),
-                ] {
-                    sums.add_mean(k, v, chunk.trained);
-                }
-                sums.add_max("train_infer/max_abs_diff", c.max_abs_diff);
+                let correction = [c.mean_abs_diff, c.filtered_frac, c.mean_is_weight];
+                sums.add_means(means.len(), correction, chunk.trained);
+                sums.add_maxima([c.max_abs_diff]);
             }
             sums.add_tokens(chunk.trained);
         }
-        Ok(BatchGradients {
-            grads: acc.grads(),
-            loss,
-            trained_tokens: plan.trained_tokens,
-            sequences: plan.sequences,
-            micro_batches: plan.chunks.len(),
-            metrics: sums.finish(),
-        })
+        self.core.batch_gradients(acc.grads(), loss, sums, &plan)
     }
 
     /// The kernels this trainer's gradients run on: [`TrainKernels::Auto`] when the fused CPU

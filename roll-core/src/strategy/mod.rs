@@ -1,5 +1,9 @@
 //! The [`Strategy`] trait: how a role is placed on devices and how its work is split.
 
+mod local;
+
+pub use local::{LocalGroup, LocalReplica};
+
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -132,6 +136,13 @@ pub trait Strategy: Send + Sync {
     /// # Errors
     /// If a collective fails.
     fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()>;
+
+    /// Tells the other replicas that this one failed and will issue no more collectives, so that
+    /// those waiting in one return [`Error::ReplicaFailed`] naming this rank instead of waiting
+    /// for ever. Over MPI this ends the job (`MPI_Abort`). A single replica has no one to tell.
+    fn abort(&self, reason: &str) {
+        let _ = reason;
+    }
 
     /// Assigns sequences (given their token counts) to replicas so that each gets a similar number
     /// of tokens: greedy longest-first onto the least-loaded replica. Returns, per replica, the

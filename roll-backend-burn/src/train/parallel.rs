@@ -1,0 +1,204 @@
+//! [`DataParallel`]: N replicas of a trainer in this process, one thread each, trained as one.
+
+use super::core::TrainStepReport;
+use super::{CriticTrainer, Trainer};
+use crate::{BackendError, Result};
+use roll_core::policy::Objective;
+use roll_core::strategy::{DeviceSpec, LocalGroup, Strategy};
+use roll_core::{TrainBatch, TrainSequence};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// A trainer that can be one replica of a data-parallel group: [`Trainer`] and
+/// [`CriticTrainer`].
+pub trait Replica: Send + Sized {
+    /// Joins `strategy`'s group (see [`Trainer::with_strategy`]).
+    #[must_use]
+    fn with_strategy(self, strategy: Arc<dyn Strategy>) -> Self;
+
+    /// One optimisation step on this replica's shard (see [`Trainer::step`]).
+    ///
+    /// # Errors
+    /// As the trainer's `step`.
+    fn step(&mut self, shard: &TrainBatch, objective: &Objective) -> Result<TrainStepReport>;
+}
+
+impl Replica for Trainer {
+    fn with_strategy(self, strategy: Arc<dyn Strategy>) -> Self {
+        Trainer::with_strategy(self, strategy)
+    }
+    fn step(&mut self, shard: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
+        Trainer::step(self, shard, objective)
+    }
+}
+
+impl Replica for CriticTrainer {
+    fn with_strategy(self, strategy: Arc<dyn Strategy>) -> Self {
+        CriticTrainer::with_strategy(self, strategy)
+    }
+    fn step(&mut self, shard: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
+        CriticTrainer::step(self, shard, objective)
+    }
+}
+
+/// Data parallelism in one process: each step splits the batch across the replicas by tokens
+/// ([`Strategy::partition`]), every replica runs forward and backward on its shard on its own
+/// thread and device, the replicas sum their gradients ([`LocalGroup`]) and apply the same
+/// update. The result is the single-trainer step on the whole batch, to rounding: the loss
+/// denominators are the whole batch's, and the replicas stay bit-for-bit identical.
+///
+/// On the CPU the replicas share the cores (each one's kernels use the same rayon pool), so this
+/// buys nothing on one socket: it is how several GPUs of one machine train one policy, and the
+/// reference the multi-process strategy (`roll-mpi`) is tested against. A step that fails on one
+/// replica fails on all of them, with the failing replica's error; the group then refuses every
+/// further step (resume from a checkpoint).
+///
+/// ```no_run
+/// use roll_backend_burn::train::{DataParallel, Trainer, TrainerConfig};
+/// use roll_backend_burn::{Device, DeviceSpec, load_model};
+/// # let batch: roll_core::TrainBatch = unimplemented!();
+/// let model = load_model("tiny-qwen2", &Device::flex())?;
+/// let mut group = DataParallel::new(&[DeviceSpec::Cpu, DeviceSpec::Cpu], |device| {
+///     Trainer::new(model.clone(), TrainerConfig::default(), &device)
+/// })?;
+/// let report = group.step(&batch, &roll_core::policy::Objective::default())?;
+/// let model_for_inference = group.first().inference_model()?;
+/// # let _ = (report, model_for_inference);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct DataParallel<T: Replica> {
+    replicas: Vec<T>,
+    strategies: Vec<Arc<dyn Strategy>>,
+}
+
+impl<T: Replica> std::fmt::Debug for DataParallel<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self
+            .strategies
+            .first()
+            .map(|s| s.name())
+            .unwrap_or_default();
+        f.debug_struct("DataParallel")
+            .field("group", &name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Replica> DataParallel<T> {
+    /// One replica per device, each built by `replica` on that device from the same weights and
+    /// config (the caller's closure must build identical trainers: same model, same config).
+    ///
+    /// # Errors
+    /// An empty device list, a device that is not built in, or `replica`'s error.
+    pub fn new(
+        devices: &[DeviceSpec],
+        mut replica: impl FnMut(crate::Device) -> Result<T>,
+    ) -> Result<Self> {
+        let group = LocalGroup::replicas(devices.to_vec())
+            .map_err(|e| BackendError::InvalidInput(e.to_string()))?;
+        let mut replicas = Vec::with_capacity(devices.len());
+        let mut strategies: Vec<Arc<dyn Strategy>> = Vec::with_capacity(devices.len());
+        for (member, &spec) in group.into_iter().zip(devices) {
+            let strategy: Arc<dyn Strategy> = Arc::new(member);
+            replicas.push(replica(crate::device(spec)?)?.with_strategy(strategy.clone()));
+            strategies.push(strategy);
+        }
+        Ok(Self {
+            replicas,
+            strategies,
+        })
+    }
+
+    /// The replicas, in rank order.
+    pub fn replicas(&self) -> &[T] {
+        &self.replicas
+    }
+
+    /// Rank 0 (all replicas hold the same weights): what inference and checkpoints read.
+    pub fn first(&self) -> &T {
+        // `new` refuses an empty group.
+        &self.replicas[0]
+    }
+
+    /// The shards `batch` is split into, one per replica (see [`Strategy::partition`]).
+    pub fn shards(&self, batch: &TrainBatch) -> Result<Vec<TrainBatch>> {
+        let seqs = batch.sequences();
+        let tokens: Vec<usize> = seqs
+            .iter()
+            .map(|s| s.prompt_ids.len() + s.response_ids.len())
+            .collect();
+        self.strategies[0]
+            .partition(&tokens)
+            .into_iter()
+            .map(|part| {
+                let shard: Vec<TrainSequence> = part.iter().map(|&i| seqs[i].clone()).collect();
+                TrainBatch::new(shard).map_err(|e| BackendError::InvalidInput(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// One step of the group on `batch`: rank 0's report, whose loss, counts and metrics are the
+    /// whole batch's.
+    ///
+    /// # Errors
+    /// The error of the replica that failed (the others fail with
+    /// [`BackendError::Collective`], which is returned only when no replica failed on its own).
+    pub fn step(&mut self, batch: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
+        let shards = self.shards(batch)?;
+        let results: Vec<Result<TrainStepReport>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .replicas
+                .iter_mut()
+                .zip(&shards)
+                .zip(&self.strategies)
+                .enumerate()
+                .map(|(rank, ((replica, shard), strategy))| {
+                    scope.spawn(move || {
+                        catch_unwind(AssertUnwindSafe(|| replica.step(shard, objective)))
+                            .unwrap_or_else(|panic| {
+                                let what = panic_message(panic.as_ref());
+                                strategy.abort(&format!("panicked: {what}"));
+                                Err(BackendError::Train(format!(
+                                    "data-parallel replica {rank} panicked: {what}"
+                                )))
+                            })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(BackendError::Train("a replica's thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let (mut own, mut collective, mut report) = (None, None, None);
+        for result in results {
+            match result {
+                Ok(r) => {
+                    report.get_or_insert(r);
+                }
+                Err(e @ BackendError::Collective(_)) => {
+                    collective.get_or_insert(e);
+                }
+                Err(e) => {
+                    own.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = own.or(collective) {
+            return Err(e);
+        }
+        report.ok_or_else(|| BackendError::Train("a data-parallel group has no replica".into()))
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}

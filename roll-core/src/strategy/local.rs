@@ -1,0 +1,316 @@
+//! [`LocalGroup`]: data-parallel replicas in one process, one thread each, whose collectives
+//! meet in shared memory.
+//!
+//! This is what data parallelism is on a device without collectives of its own (Burn's CPU
+//! backend implements none), and what tests use to check that N replicas train exactly like one.
+
+use super::{DeviceSpec, ReduceOp, Strategy};
+use crate::{Error, Result};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// A group of in-process replicas; [`LocalGroup::replicas`] hands out one [`LocalReplica`] per
+/// device, each to be driven by its own thread.
+///
+/// Every replica must issue the same collectives in the same order (as with MPI). A reduction
+/// combines the contributions in rank order, once, and every replica receives that one result:
+/// replicas stay bit-for-bit identical and a run is reproducible whatever the thread timing.
+///
+/// ```
+/// use roll_core::strategy::{DeviceSpec, LocalGroup, ReduceOp, Strategy};
+///
+/// let replicas = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
+/// let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+///     let handles: Vec<_> = replicas
+///         .iter()
+///         .map(|r| {
+///             s.spawn(move || {
+///                 let mut v = [r.rank() as f32 + 1.0, 10.0];
+///                 r.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+///                 v.to_vec()
+///             })
+///         })
+///         .collect();
+///     handles.into_iter().map(|h| h.join().unwrap()).collect()
+/// });
+/// assert_eq!(sums, vec![vec![3.0, 20.0], vec![3.0, 20.0]]);
+/// ```
+#[derive(Debug)]
+pub struct LocalGroup {
+    devices: Vec<DeviceSpec>,
+    round: Mutex<Round>,
+    done: Condvar,
+}
+
+/// One collective in progress.
+#[derive(Debug, Default)]
+struct Round {
+    /// Completed collectives; a waiter leaves when it changes.
+    generation: u64,
+    /// What the round's first caller passed: every other must pass the same.
+    shape: Option<(usize, ReduceOp)>,
+    contributions: Vec<Option<Vec<f32>>>,
+    arrived: usize,
+    /// The last completed collective's result.
+    result: Arc<Vec<f32>>,
+    /// The first replica that failed, and why: every collective after it fails.
+    failed: Option<(usize, String)>,
+}
+
+impl LocalGroup {
+    /// One replica per device, ranks in the order given.
+    ///
+    /// # Errors
+    /// [`Error::InvalidValue`] for an empty device list.
+    pub fn replicas(devices: Vec<DeviceSpec>) -> Result<Vec<LocalReplica>> {
+        if devices.is_empty() {
+            return Err(Error::InvalidValue {
+                key: "model.data_parallel".into(),
+                value: "0".into(),
+                allowed: "at least one replica".into(),
+                origin: None,
+            });
+        }
+        let world = devices.len();
+        let group = Arc::new(Self {
+            devices,
+            round: Mutex::new(Round {
+                contributions: vec![None; world],
+                ..Round::default()
+            }),
+            done: Condvar::new(),
+        });
+        Ok((0..world)
+            .map(|rank| LocalReplica {
+                rank,
+                group: group.clone(),
+            })
+            .collect())
+    }
+
+    fn world_size(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The round's state; a replica that panicked while holding the lock left it consistent
+    /// (every update is completed before anything that can panic), so poisoning is ignored.
+    fn lock(&self) -> MutexGuard<'_, Round> {
+        self.round.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failure(&self, (rank, reason): &(usize, String)) -> Error {
+        Error::ReplicaFailed {
+            rank: *rank,
+            world_size: self.world_size(),
+            reason: reason.clone(),
+        }
+    }
+}
+
+/// Combines contributions in rank order.
+fn reduce(contributions: &[Option<Vec<f32>>], op: ReduceOp) -> Vec<f32> {
+    let mut parts = contributions.iter().flatten();
+    let mut out = parts.next().cloned().unwrap_or_default();
+    for part in parts {
+        for (o, &v) in out.iter_mut().zip(part) {
+            *o = match op {
+                ReduceOp::Sum | ReduceOp::Mean => *o + v,
+                ReduceOp::Max => o.max(v),
+                ReduceOp::Min => o.min(v),
+            };
+        }
+    }
+    if op == ReduceOp::Mean {
+        let n = contributions.len() as f32;
+        out.iter_mut().for_each(|o| *o /= n);
+    }
+    out
+}
+
+/// One member of a [`LocalGroup`].
+#[derive(Debug, Clone)]
+pub struct LocalReplica {
+    rank: usize,
+    group: Arc<LocalGroup>,
+}
+
+impl Strategy for LocalReplica {
+    fn name(&self) -> String {
+        let devices: Vec<String> = self.group.devices.iter().map(|d| d.to_string()).collect();
+        format!("data_parallel[{}]", devices.join(","))
+    }
+
+    fn devices(&self) -> Vec<DeviceSpec> {
+        vec![self.group.devices[self.rank]]
+    }
+
+    fn world_size(&self) -> usize {
+        self.group.world_size()
+    }
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()> {
+        let group = &self.group;
+        let mut round = group.lock();
+        if let Some(failed) = &round.failed {
+            return Err(group.failure(failed));
+        }
+        match round.shape {
+            None => round.shape = Some((values.len(), op)),
+            Some(shape) if shape != (values.len(), op) => {
+                let error = Error::CollectiveMismatch {
+                    rank: self.rank,
+                    expected: format!("{} values to {:?}", shape.0, shape.1),
+                    got: format!("{} values to {op:?}", values.len()),
+                };
+                round.failed = Some((self.rank, error.to_string()));
+                group.done.notify_all();
+                return Err(error);
+            }
+            Some(_) => {}
+        }
+        round.contributions[self.rank] = Some(values.to_vec());
+        round.arrived += 1;
+        if round.arrived == group.world_size() {
+            round.result = Arc::new(reduce(&round.contributions, op));
+            round.contributions.iter_mut().for_each(|c| *c = None);
+            round.arrived = 0;
+            round.shape = None;
+            round.generation += 1;
+            group.done.notify_all();
+        } else {
+            let generation = round.generation;
+            while round.generation == generation && round.failed.is_none() {
+                round = group.done.wait(round).unwrap_or_else(|e| e.into_inner());
+            }
+            if round.generation == generation {
+                if let Some(failed) = &round.failed {
+                    return Err(group.failure(failed));
+                }
+            }
+        }
+        values.copy_from_slice(&round.result);
+        Ok(())
+    }
+
+    fn abort(&self, reason: &str) {
+        let mut round = self.group.lock();
+        if round.failed.is_none() {
+            round.failed = Some((self.rank, reason.to_string()));
+        }
+        self.group.done.notify_all();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Runs `body` on every replica's thread; results in rank order.
+    fn on_each<T: Send>(
+        replicas: &[LocalReplica],
+        body: impl Fn(&LocalReplica) -> T + Sync,
+    ) -> Vec<T> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = replicas
+                .iter()
+                .map(|r| {
+                    let body = &body;
+                    s.spawn(move || body(r))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn reductions_agree_on_every_replica_round_after_round() {
+        let replicas = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).unwrap();
+        let out = on_each(&replicas, |r| {
+            let x = r.rank() as f32;
+            let mut seen = Vec::new();
+            for round in 0..50 {
+                let mut v = [x + round as f32, -x];
+                r.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+                seen.push(v);
+                let mut m = [x, x];
+                r.all_reduce(&mut m, ReduceOp::Max).unwrap();
+                let mut n = [x];
+                r.all_reduce(&mut n, ReduceOp::Min).unwrap();
+                let mut mean = [x * 3.0];
+                r.all_reduce(&mut mean, ReduceOp::Mean).unwrap();
+                seen.push([m[0], n[0] + mean[0]]);
+            }
+            seen
+        });
+        // Ranks 0, 1, 2: sums 3 + 3·round and −3; max 2; min 0 plus mean of 0, 3, 6 = 3.
+        for seen in &out {
+            for round in 0..50 {
+                assert_eq!(seen[2 * round], [3.0 + 3.0 * round as f32, -3.0]);
+                assert_eq!(seen[2 * round + 1], [2.0, 3.0]);
+            }
+        }
+    }
+
+    #[test]
+    fn sums_are_taken_in_rank_order_whatever_the_arrival_order() {
+        // In f32, (1 + 1e8) − 1e8 = 0 (1e8 + 1 rounds to 1e8) but (−1e8 + 1e8) + 1 = 1: the
+        // result tells which order the sum was taken in.
+        let replicas = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).unwrap();
+        let out = on_each(&replicas, |r| {
+            // Ranks arrive in reverse order.
+            std::thread::sleep(std::time::Duration::from_millis(20 * (2 - r.rank()) as u64));
+            let mut v = [[1.0f32, 1e8, -1e8][r.rank()]];
+            r.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+            v[0]
+        });
+        assert_eq!(out, vec![0.0; 3]);
+    }
+
+    #[test]
+    fn a_failed_replica_releases_the_others_with_its_rank_and_reason() {
+        let replicas = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).unwrap();
+        let out = on_each(&replicas, |r| {
+            if r.rank() == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                r.abort("sample#7: token out of vocabulary");
+                return None;
+            }
+            let mut v = [1.0];
+            Some(r.all_reduce(&mut v, ReduceOp::Sum).unwrap_err().to_string())
+        });
+        for err in [&out[0], &out[2]] {
+            let err = err.as_deref().unwrap();
+            assert!(
+                err.contains("replica 1 of 3") && err.contains("sample#7"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn replicas_that_disagree_on_a_collective_get_an_error_not_a_hang() {
+        let replicas = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
+        let out = on_each(&replicas, |r| {
+            if r.rank() == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let mut v = vec![0.0; 1 + r.rank()];
+            r.all_reduce(&mut v, ReduceOp::Sum).unwrap_err().to_string()
+        });
+        assert!(out[1].contains("replica 1 passed 2 values"), "{}", out[1]);
+        assert!(out[0].contains("replica 1 of 2 failed"), "{}", out[0]);
+    }
+
+    #[test]
+    fn the_group_needs_a_replica_and_names_each_device() {
+        assert!(LocalGroup::replicas(Vec::new()).is_err());
+        let r = LocalGroup::replicas(vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]).unwrap();
+        assert_eq!(r[1].devices(), vec![DeviceSpec::Cuda(1)]);
+        assert_eq!((r[1].rank(), r[1].world_size()), (1, 2));
+        assert_eq!(r[0].name(), "data_parallel[cuda:0,cuda:1]");
+    }
+}
