@@ -49,7 +49,7 @@
 
 use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::hf::{HfSource, SaveOptions, export_hf_dir};
-use crate::train::{CriticTrainer, TrainKernels, Trainer, TrainerConfig};
+use crate::train::{CriticTrainer, DataParallel, TrainKernels, Trainer, TrainerConfig};
 use crate::{
     BackendError, CausalLm, Result, ScoringOptions, ValueHead, device as device_for, score,
 };
@@ -60,7 +60,7 @@ use roll_core::policy::{
     Generate, Generation, GenerationRequest, Objective, SamplingParams, Score, ScoreKernels,
     ScoreRequest, ScoreSequence, TokenScores, Train, TrainOutput,
 };
-use roll_core::strategy::{DeviceSpec, SingleDevice, Strategy};
+use roll_core::strategy::DeviceSpec;
 use roll_core::{Tokenizer, TrainBatch, WeightVersion};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -70,8 +70,11 @@ use std::sync::{Arc, Mutex, RwLock};
 /// How a Burn role is placed and served.
 #[derive(Debug, Clone)]
 pub struct PolicyOptions {
-    /// Where the model runs (one device).
-    pub strategy: SingleDevice,
+    /// Where the role's trainer replicas run, in rank order: one device trains alone, several
+    /// train data-parallel ([`DataParallel`]: each step split across them by tokens, gradients
+    /// summed, the replicas kept identical). Inference — the engine and scoring — runs on the
+    /// first. Default `[cpu]`.
+    pub devices: Vec<DeviceSpec>,
     /// Inference engine settings (generating roles).
     pub engine: EngineConfig,
     /// Force a decoder; `None` picks the fastest that covers the model ([`DecoderKind::auto`]).
@@ -86,7 +89,7 @@ pub struct PolicyOptions {
 impl Default for PolicyOptions {
     fn default() -> Self {
         Self {
-            strategy: SingleDevice::new(DeviceSpec::Cpu),
+            devices: vec![DeviceSpec::Cpu],
             engine: EngineConfig::default(),
             decoder: None,
             scoring: ScoringOptions::default(),
@@ -207,14 +210,21 @@ impl Scoring {
     }
 }
 
-/// Places `model` on the options' device and picks the engine's decoder.
-fn placed(model: CausalLm, options: &PolicyOptions) -> Result<(CausalLm, Device, DecoderKind)> {
-    if options.strategy.world_size() != 1 {
-        return Err(BackendError::InvalidInput(
-            "a Burn role runs on one device; use one role per device".into(),
-        ));
+impl PolicyOptions {
+    /// The device inference runs on: the first trainer replica's.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] when `devices` is empty.
+    fn inference_device(&self) -> Result<DeviceSpec> {
+        self.devices.first().copied().ok_or_else(|| {
+            BackendError::InvalidInput("a role needs at least one device (`devices` is empty)".into())
+        })
     }
-    let device = device_for(options.strategy.device())?;
+}
+
+/// Places `model` on the options' inference device and picks the engine's decoder.
+fn placed(model: CausalLm, options: &PolicyOptions) -> Result<(CausalLm, Device, DecoderKind)> {
+    let device = device_for(options.inference_device()?)?;
     let model = model.to_device(&device);
     let kind = options
         .decoder
@@ -233,7 +243,7 @@ struct ActorInner {
     engine: Engine,
     kind: DecoderKind,
     scoring: Arc<Scoring>,
-    trainer: Mutex<Trainer>,
+    trainer: Mutex<DataParallel<Trainer>>,
     gap_probe_tokens: u32,
 }
 
@@ -258,8 +268,9 @@ impl BurnPolicy {
         trainer: TrainerConfig,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let device = device_for(options.strategy.device())?;
-        let trainer = Trainer::new(model, trainer, &device)?;
+        let trainer = DataParallel::new(&options.devices, |device| {
+            Trainer::new(model.clone(), trainer.clone(), &device)
+        })?;
         Self::build(trainer, tokenizer, options)
     }
 
@@ -273,18 +284,22 @@ impl BurnPolicy {
         tokenizer: Arc<dyn Tokenizer>,
         mut options: PolicyOptions,
     ) -> Result<Self> {
-        let device = device_for(options.strategy.device())?;
-        let (trainer, version) = Trainer::load_checkpoint(dir, &device)?;
+        let mut version = 0;
+        let trainer = DataParallel::new(&options.devices, |device| {
+            let (trainer, v) = Trainer::load_checkpoint(dir.as_ref(), &device)?;
+            version = v;
+            Ok(trainer)
+        })?;
         options.engine.start_version = version;
         Self::build(trainer, tokenizer, options)
     }
 
     fn build(
-        trainer: Trainer,
+        trainer: DataParallel<Trainer>,
         tokenizer: Arc<dyn Tokenizer>,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let (model, device, kind) = placed(trainer.inference_model()?, &options)?;
+        let (model, device, kind) = placed(trainer.first().inference_model()?, &options)?;
         let engine = Engine::with_decoder(
             kind,
             &model,
@@ -293,7 +308,7 @@ impl BurnPolicy {
             Some(tokenizer),
         )?;
         let mut scoring = Scoring::new(model, None, kind, device, options.scoring)?;
-        scoring.training_on_decoder = trainer.kernels() == TrainKernels::Auto;
+        scoring.training_on_decoder = trainer.first().kernels() == TrainKernels::Auto;
         let scoring = Arc::new(scoring);
         Ok(Self {
             inner: Arc::new(ActorInner {
@@ -343,17 +358,17 @@ impl BurnPolicy {
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf> {
         let version = self.inner.engine.weight_version().0;
         let trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
-        trainer.save_checkpoint(dir, version)
+        trainer.first().save_checkpoint(dir, version)
     }
 
     /// The blocking body of [`Train::train_step`].
     fn train_blocking(&self, batch: &TrainBatch, objective: &Objective) -> Result<TrainOutput> {
         let inner = &self.inner;
         let mut trainer = inner.trainer.lock().map_err(|_| poisoned())?;
-        let epochs = trainer.config().epochs;
+        let epochs = trainer.first().config().epochs;
         let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
         let version = if updated {
-            let model = trainer.inference_model()?;
+            let model = trainer.first().inference_model()?;
             drop(trainer);
             let served = ServedWeights::new(model, inner.kind)?;
             let version = inner.engine.sync_served_blocking(&served)?;
@@ -467,7 +482,7 @@ pub struct BurnCritic {
 
 struct CriticInner {
     scoring: Arc<Scoring>,
-    trainer: Mutex<CriticTrainer>,
+    trainer: Mutex<DataParallel<CriticTrainer>>,
     version: AtomicU64,
 }
 
@@ -491,9 +506,10 @@ impl BurnCritic {
         trainer: TrainerConfig,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let device = device_for(options.strategy.device())?;
-        let trainer = CriticTrainer::new(trunk, head, trainer, &device)?;
-        let (trunk, head) = trainer.inference_model()?;
+        let trainer = DataParallel::new(&options.devices, |device| {
+            CriticTrainer::new(trunk.clone(), head.clone(), trainer.clone(), &device)
+        })?;
+        let (trunk, head) = trainer.first().inference_model()?;
         let (trunk, device, _) = placed(trunk, &options)?;
         let scoring = Scoring::new(
             trunk,
@@ -518,16 +534,16 @@ impl BurnCritic {
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf> {
         let version = self.inner.version.load(Ordering::Acquire);
         let trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
-        trainer.save_checkpoint(dir, version)
+        trainer.first().save_checkpoint(dir, version)
     }
 
     fn train_blocking(&self, batch: &TrainBatch, objective: &Objective) -> Result<TrainOutput> {
         let inner = &self.inner;
         let mut trainer = inner.trainer.lock().map_err(|_| poisoned())?;
-        let epochs = trainer.config().epochs;
+        let epochs = trainer.first().config().epochs;
         let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
         let version = if updated {
-            let (trunk, head) = trainer.inference_model()?;
+            let (trunk, head) = trainer.first().inference_model()?;
             drop(trainer);
             let served = ServedWeights::new(trunk, DecoderKind::Burn)?;
             inner.scoring.replace(Snapshot {

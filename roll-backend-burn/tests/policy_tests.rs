@@ -159,35 +159,40 @@ fn grpo_batch(groups: &[(Vec<u32>, Vec<roll_core::policy::Generation>)]) -> Trai
     TrainBatch::new(seqs).unwrap()
 }
 
-/// The training forward *is* the engine's forward on the CPU: before and after a real GRPO step,
-/// the log-probs the trainer computes for fresh rollouts are the bits the engine sampled them
-/// with, and the probe gap reads exactly 0.
-#[test]
-fn after_a_grpo_step_the_trainer_computes_the_sampled_logprobs_bit_for_bit() {
+/// Four seeded samples of each of three prompts (the seeds depend on `round`).
+fn sample_all(
+    policy: &BurnPolicy,
+    round: u64,
+) -> Vec<(Vec<u32>, Vec<roll_core::policy::Generation>)> {
     let prompts = [
         vec![10u32, 11, 12, 13],
         vec![40u32, 41, 42],
         vec![7u32, 8, 9, 10, 11],
     ];
-    let sample_all = |policy: &BurnPolicy, round: u64| {
-        prompts
-            .iter()
-            .map(|p| {
-                let samples: Vec<_> = (0..4)
-                    .map(|i| {
-                        let params = SamplingParams {
-                            max_new_tokens: 24,
-                            seed: Some(round * 100 + i),
-                            ..SamplingParams::default()
-                        };
-                        rt().block_on(policy.generate(GenerationRequest::new(p.clone(), params)))
-                            .unwrap()
-                    })
-                    .collect();
-                (p.clone(), samples)
-            })
-            .collect::<Vec<_>>()
-    };
+    prompts
+        .iter()
+        .map(|p| {
+            let samples: Vec<_> = (0..4)
+                .map(|i| {
+                    let params = SamplingParams {
+                        max_new_tokens: 24,
+                        seed: Some(round * 100 + i),
+                        ..SamplingParams::default()
+                    };
+                    rt().block_on(policy.generate(GenerationRequest::new(p.clone(), params)))
+                        .unwrap()
+                })
+                .collect();
+            (p.clone(), samples)
+        })
+        .collect()
+}
+
+/// The training forward *is* the engine's forward on the CPU: before and after a real GRPO step,
+/// the log-probs the trainer computes for fresh rollouts are the bits the engine sampled them
+/// with, and the probe gap reads exactly 0.
+#[test]
+fn after_a_grpo_step_the_trainer_computes_the_sampled_logprobs_bit_for_bit() {
     // Full fine-tuning, and LoRA (the engine serves the merged weights).
     let lora = TrainerConfig {
         lr: 1e-3,
@@ -236,6 +241,65 @@ fn after_a_grpo_step_the_trainer_computes_the_sampled_logprobs_bit_for_bit() {
         .unwrap();
     assert!(out.metrics["approx_kl"] > 0.0);
     assert!(out.metrics["train_infer_logprob_gap"] > 0.0);
+}
+
+/// `devices = [cpu, cpu]`: the step is split across two trainer replicas and gives the one-device
+/// step's weights; the served weights are still the engine's kernels' bits (gap 0, ratio 1).
+#[test]
+fn a_data_parallel_actor_steps_as_a_one_device_actor() {
+    let config = TrainerConfig {
+        lr: 1e-3,
+        eps: 1e-3,
+        ..trainer_config()
+    };
+    let one = actor("tiny-qwen2-sft", config.clone(), PolicyOptions::default());
+    let two = actor(
+        "tiny-qwen2-sft",
+        config,
+        PolicyOptions {
+            devices: vec![roll_backend_burn::DeviceSpec::Cpu; 2],
+            ..PolicyOptions::default()
+        },
+    );
+    let before = support::params(&two.model().unwrap());
+    let groups = sample_all(&one, 0);
+    let batch = grpo_batch(&groups);
+    let a = rt()
+        .block_on(one.train_step(batch.clone(), &Objective::default()))
+        .unwrap();
+    let b = rt()
+        .block_on(two.train_step(batch, &Objective::default()))
+        .unwrap();
+    assert_eq!(b.weight_version, WeightVersion(1));
+    assert_eq!(a.metrics["trained_tokens"], b.metrics["trained_tokens"]);
+    assert!((a.metrics["loss"] - b.metrics["loss"]).abs() < 1e-5);
+    let m = &b.metrics;
+    assert_eq!(m["approx_kl"], 0.0, "{m:?}");
+    assert_eq!(m["ratio_mean"], 1.0);
+    assert_eq!(m["train_infer_logprob_gap"], 0.0);
+    let (pa, pb) = (
+        support::params(&one.model().unwrap()),
+        support::params(&two.model().unwrap()),
+    );
+    let mut moved = 0.0f32;
+    for (k, v) in &pa {
+        let d = support::max_abs_diff(v, &pb[k]);
+        assert!(d <= 1e-5, "{k} differs by {d}");
+        moved = moved.max(support::max_abs_diff(v, &before[k]));
+    }
+    assert!(moved > 1e-4, "the step changed nothing");
+    assert!(
+        BurnPolicy::new(
+            load_model(fixture("tiny-qwen2-sft"), &Device::flex()).unwrap(),
+            tokenizer("tiny-qwen2-sft"),
+            trainer_config(),
+            PolicyOptions {
+                devices: Vec::new(),
+                ..PolicyOptions::default()
+            },
+        )
+        .is_err()
+    );
 }
 
 #[test]

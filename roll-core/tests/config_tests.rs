@@ -131,6 +131,7 @@ fn typed_values_are_read() {
         BASE,
         &[
             "model.device=cuda:1",
+            "model.data_parallel=2",
             "model.prompt_format=plain",
             "run.output_dir=runs/a",
             "rollout.sampling.top_k=50",
@@ -140,6 +141,10 @@ fn typed_values_are_read() {
     )
     .expect("valid overrides");
     assert_eq!(config.model.device, DeviceSpec::Cuda(1));
+    assert_eq!(
+        config.model.trainer_devices(),
+        [DeviceSpec::Cuda(1), DeviceSpec::Cuda(2)]
+    );
     assert_eq!(config.model.prompt_format, PromptFormat::Plain);
     assert_eq!(config.run.output_dir, std::path::PathBuf::from("runs/a"));
     assert_eq!(config.rollout.sampling.top_k, Some(50));
@@ -438,6 +443,7 @@ fn out_of_range_values_name_key_value_and_allowed() {
             "2",
         ),
         ("model.device=gpu", "model.device", "\"gpu\""),
+        ("model.data_parallel=0", "model.data_parallel", "0"),
         (
             "rollout.sampling.stop=[\"a\", \"\"]",
             "rollout.sampling.stop.1",

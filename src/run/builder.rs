@@ -12,7 +12,6 @@ use roll_core::config::{Config, DomainMap, LrSchedule};
 use roll_core::pipeline::{RlvrPipeline, SftExample, SftPipeline};
 use roll_core::policy::{Generate, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
-use roll_core::strategy::SingleDevice;
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::manager::{Incident, IncidentHook};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
@@ -192,7 +191,7 @@ impl RunBuilder {
         }
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
         let options = PolicyOptions {
-            strategy: SingleDevice::new(plan.model.device),
+            devices: plan.model.trainer_devices.clone(),
             engine: plan.engine.clone(),
             scoring: plan.scoring,
             ..PolicyOptions::default()

@@ -80,8 +80,10 @@ pub struct ModelPlan {
     /// A new model to write to `dir` first, with the seed of its weights
     /// (`model.source.kind = "new"`).
     pub new: Option<(NewModel, u64)>,
-    /// The device (`model.device`).
+    /// The device inference runs on (`model.device`).
     pub device: DeviceSpec,
+    /// The trainer replicas' devices, `device` first (`model.device`, `model.data_parallel`).
+    pub trainer_devices: Vec<DeviceSpec>,
     /// `true`: messages are concatenated without a chat template (`model.prompt_format = plain`).
     pub plain_prompts: bool,
 }
@@ -200,6 +202,7 @@ impl RunPlan {
                 dir,
                 new,
                 device: config.model.device,
+                trainer_devices: config.model.trainer_devices(),
                 plain_prompts: config.model.prompt_format == PromptFormat::Plain,
             },
             pipeline: RlvrPipelineConfig::from_config(config),

@@ -144,6 +144,9 @@ impl<T: Replica> DataParallel<T> {
     /// The error of the replica that failed (the others fail with
     /// [`BackendError::Collective`], which is returned only when no replica failed on its own).
     pub fn step(&mut self, batch: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
+        if let [alone] = self.replicas.as_mut_slice() {
+            return alone.step(batch, objective);
+        }
         let shards = self.shards(batch)?;
         let results: Vec<Result<TrainStepReport>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self

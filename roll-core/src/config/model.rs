@@ -24,6 +24,16 @@ pub struct ModelConfig {
     /// ROLL: `device_mapping` (a list of GPU ids per role).
     #[serde(default)]
     pub device: DeviceSpec,
+    /// Data-parallel replicas of the trainers (actor, critic): each step is split across them by
+    /// tokens and their gradients summed, so they train as one on the whole batch. On `cpu`
+    /// they share the CPU; on `cuda:N` they take GPUs N, N+1, …. Inference runs on `device`.
+    /// Default `1`. ROLL: the data-parallel size of `actor_train.device_mapping`.
+    #[serde(default = "one")]
+    pub data_parallel: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl ModelConfig {
@@ -33,10 +43,23 @@ impl ModelConfig {
             source,
             prompt_format: PromptFormat::default(),
             device: DeviceSpec::default(),
+            data_parallel: 1,
         }
     }
 
+    /// The devices of the trainer replicas, in rank order (see [`Self::data_parallel`]).
+    pub fn trainer_devices(&self) -> Vec<DeviceSpec> {
+        (0..self.data_parallel as usize)
+            .map(|i| match self.device {
+                DeviceSpec::Cpu => DeviceSpec::Cpu,
+                DeviceSpec::Cuda(first) => DeviceSpec::Cuda(first + i),
+                DeviceSpec::Vulkan(first) => DeviceSpec::Vulkan(first + i),
+            })
+            .collect()
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
+        Checker::new("model").at_least("data_parallel", self.data_parallel.into(), 1)?;
         let c = Checker::new("model.source");
         match &self.source {
             ModelSource::HfDir { path } => c.require(
