@@ -10,7 +10,7 @@ use burn::optim::GradientsParams;
 
 use roll_algos::loss::{KlLoss, LossAggregation, ValueLossConfig};
 use roll_backend_burn::train::{
-    CriticTrainer, DataParallel, LoraConfig, Trainer, TrainerConfig, clip_grad_norm,
+    CriticTrainer, DataParallel, LoraConfig, Trainer, TrainerConfig, clip_grad_norm, follow,
     global_grad_norm,
 };
 use roll_backend_burn::{
@@ -21,6 +21,7 @@ use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::rng::SplitMix64;
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 fn dev() -> Device {
     Device::flex()
@@ -955,4 +956,59 @@ fn a_replica_that_fails_stops_the_group_with_its_own_error() {
     let err = group.step(&good, &Objective::default()).unwrap_err();
     assert!(matches!(err, BackendError::Collective(_)), "{err}");
     assert!(err.to_string().contains("failed"), "{err}");
+}
+
+/// The topology of data parallelism across processes, on threads: rank 0 leads (it has the
+/// batches), rank 1 follows the steps it announces, and both end where one trainer on the union
+/// batch ends.
+#[test]
+fn a_follower_trains_the_steps_its_leader_announces() {
+    let model = fixture_model();
+    let config = TrainerConfig {
+        lr: 1e-3,
+        eps: 1e-3,
+        ..TrainerConfig::default()
+    };
+    let objective = Objective::default();
+    let ranks =
+        roll_core::strategy::LocalGroup::replicas(vec![roll_backend_burn::DeviceSpec::Cpu; 2])
+            .unwrap();
+    let [leader_rank, follower_rank]: [Arc<dyn roll_core::Strategy>; 2] =
+        [Arc::new(ranks[0].clone()), Arc::new(ranks[1].clone())];
+    let batches: Vec<TrainBatch> = (0..3).map(|seed| batch(&model, 6, 20 + seed)).collect();
+    let follower = {
+        let (model, config) = (model.clone(), config.clone());
+        std::thread::spawn(move || {
+            let mut replica = Trainer::new(model, config, &dev())
+                .unwrap()
+                .with_strategy(follower_rank.clone());
+            let reports = follow(&mut replica, follower_rank.as_ref()).unwrap();
+            (reports.len(), replica.inference_model().unwrap())
+        })
+    };
+    let first = Trainer::new(model.clone(), config.clone(), &dev()).unwrap();
+    let mut leader = DataParallel::leader(first, leader_rank).unwrap();
+    let mut alone = Trainer::new(model.clone(), config, &dev()).unwrap();
+    for b in &batches {
+        let led = leader.step(b, &objective).unwrap();
+        let one = alone.step(b, &objective).unwrap();
+        assert_eq!(led.trained_tokens, one.trained_tokens);
+        assert!((led.loss - one.loss).abs() < 1e-5);
+    }
+    let led = leader.first().inference_model().unwrap();
+    drop(leader); // releases the follower
+    let (steps, followed) = follower.join().unwrap();
+    assert_eq!(steps, 3);
+    assert_bitwise_equal(&led, &followed);
+    let (d, at) = max_diff(&params(&led), &params(&alone.inference_model().unwrap()));
+    assert!(
+        d <= 1e-5,
+        "leader and follower differ from one trainer by {d} at {at}"
+    );
+    // Rank 1 cannot lead.
+    let ranks =
+        roll_core::strategy::LocalGroup::replicas(vec![roll_backend_burn::DeviceSpec::Cpu; 2])
+            .unwrap();
+    let t = Trainer::new(model, TrainerConfig::default(), &dev()).unwrap();
+    assert!(DataParallel::leader(t, Arc::new(ranks[1].clone())).is_err());
 }

@@ -1,11 +1,12 @@
 //! [`DataParallel`]: N replicas of a trainer in this process, one thread each, trained as one.
 
 use super::core::TrainStepReport;
+use super::follow::{Command, announce, shards};
 use super::{CriticTrainer, Trainer};
 use crate::{BackendError, Result};
+use roll_core::TrainBatch;
 use roll_core::policy::Objective;
 use roll_core::strategy::{DeviceSpec, LocalGroup, Strategy};
-use roll_core::{TrainBatch, TrainSequence};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -67,8 +68,12 @@ impl Replica for CriticTrainer {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DataParallel<T: Replica> {
+    /// The replicas in this process.
     replicas: Vec<T>,
+    /// Each local replica's place in the group.
     strategies: Vec<Arc<dyn Strategy>>,
+    /// Whether ranks in other processes [`follow`](super::follow) this one.
+    leads_others: bool,
 }
 
 impl<T: Replica> std::fmt::Debug for DataParallel<T> {
@@ -106,6 +111,27 @@ impl<T: Replica> DataParallel<T> {
         Ok(Self {
             replicas,
             strategies,
+            leads_others: false,
+        })
+    }
+
+    /// Rank 0 of a group that spans processes (e.g. over MPI): `replica` trains here, and every
+    /// other rank runs [`follow`](super::follow) with a replica built from the same weights and
+    /// config. Each step is announced to them; dropping the group tells them to stop.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] when `strategy` is not rank 0.
+    pub fn leader(replica: T, strategy: Arc<dyn Strategy>) -> Result<Self> {
+        if strategy.rank() != 0 {
+            return Err(BackendError::InvalidInput(format!(
+                "the leader of a data-parallel group is rank 0, not rank {}: other ranks follow",
+                strategy.rank()
+            )));
+        }
+        Ok(Self {
+            replicas: vec![replica.with_strategy(strategy.clone())],
+            strategies: vec![strategy],
+            leads_others: true,
         })
     }
 
@@ -120,21 +146,10 @@ impl<T: Replica> DataParallel<T> {
         &self.replicas[0]
     }
 
-    /// The shards `batch` is split into, one per replica (see [`Strategy::partition`]).
+    /// The shards `batch` is split into, one per rank of the group (see
+    /// [`Strategy::partition`]).
     pub fn shards(&self, batch: &TrainBatch) -> Result<Vec<TrainBatch>> {
-        let seqs = batch.sequences();
-        let tokens: Vec<usize> = seqs
-            .iter()
-            .map(|s| s.prompt_ids.len() + s.response_ids.len())
-            .collect();
-        self.strategies[0]
-            .partition(&tokens)
-            .into_iter()
-            .map(|part| {
-                let shard: Vec<TrainSequence> = part.iter().map(|&i| seqs[i].clone()).collect();
-                TrainBatch::new(shard).map_err(|e| BackendError::InvalidInput(e.to_string()))
-            })
-            .collect()
+        shards(batch, self.strategies[0].as_ref())
     }
 
     /// One step of the group on `batch`: rank 0's report, whose loss, counts and metrics are the
@@ -144,15 +159,39 @@ impl<T: Replica> DataParallel<T> {
     /// The error of the replica that failed (the others fail with
     /// [`BackendError::Collective`], which is returned only when no replica failed on its own).
     pub fn step(&mut self, batch: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
-        if let [alone] = self.replicas.as_mut_slice() {
+        if self.leads_others {
+            let command = Command::Step {
+                sequences: batch.sequences().to_vec(),
+                objective: objective.clone(),
+            };
+            announce(self.strategies[0].as_ref(), &command)?;
+        }
+        if let ([alone], 1) = (
+            self.replicas.as_mut_slice(),
+            self.strategies[0].world_size(),
+        ) {
             return alone.step(batch, objective);
         }
-        let shards = self.shards(batch)?;
+        let mut shards: Vec<Option<TrainBatch>> =
+            self.shards(batch)?.into_iter().map(Some).collect();
+        let mine: Vec<TrainBatch> = self
+            .strategies
+            .iter()
+            .map(|s| {
+                shards
+                    .get_mut(s.rank())
+                    .and_then(Option::take)
+                    .unwrap_or_default()
+            })
+            .collect();
+        if let [alone] = self.replicas.as_mut_slice() {
+            return alone.step(&mine[0], objective);
+        }
         let results: Vec<Result<TrainStepReport>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .replicas
                 .iter_mut()
-                .zip(&shards)
+                .zip(&mine)
                 .zip(&self.strategies)
                 .enumerate()
                 .map(|(rank, ((replica, shard), strategy))| {
@@ -195,6 +234,17 @@ impl<T: Replica> DataParallel<T> {
             return Err(e);
         }
         report.ok_or_else(|| BackendError::Train("a data-parallel group has no replica".into()))
+    }
+}
+
+impl<T: Replica> Drop for DataParallel<T> {
+    /// Releases the ranks that follow this one (their [`follow`](super::follow) returns).
+    fn drop(&mut self) {
+        if self.leads_others {
+            if let Err(e) = announce(self.strategies[0].as_ref(), &Command::Stop) {
+                tracing::warn!(error = %e, "could not tell the data-parallel group to stop");
+            }
+        }
     }
 }
 

@@ -41,17 +41,40 @@ pub struct LocalGroup {
     done: Condvar,
 }
 
+/// A collective, as every replica must call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Reduce { len: usize, op: ReduceOp },
+    Broadcast { root: usize },
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Reduce { len, op } => write!(f, "{len} values to {op:?}"),
+            Self::Broadcast { root } => write!(f, "a broadcast from replica {root}"),
+        }
+    }
+}
+
+/// What one replica brings to a collective, and what it gets back.
+#[derive(Debug, Clone)]
+enum Payload {
+    Values(Vec<f32>),
+    Bytes(Vec<u8>),
+}
+
 /// One collective in progress.
 #[derive(Debug, Default)]
 struct Round {
     /// Completed collectives; a waiter leaves when it changes.
     generation: u64,
-    /// What the round's first caller passed: every other must pass the same.
-    shape: Option<(usize, ReduceOp)>,
-    contributions: Vec<Option<Vec<f32>>>,
+    /// What the round's first caller called: every other must call the same.
+    call: Option<Call>,
+    contributions: Vec<Option<Payload>>,
     arrived: usize,
     /// The last completed collective's result.
-    result: Arc<Vec<f32>>,
+    result: Option<Arc<Payload>>,
     /// The first replica that failed, and why: every collective after it fails.
     failed: Option<(usize, String)>,
 }
@@ -106,10 +129,28 @@ impl LocalGroup {
     }
 }
 
+/// The collective's result from every replica's contribution: reductions combine them in rank
+/// order, a broadcast takes the root's.
+fn complete(contributions: &mut [Option<Payload>], call: Call) -> Payload {
+    match call {
+        Call::Reduce { op, .. } => {
+            let values = contributions.iter().map(|c| match c {
+                Some(Payload::Values(v)) => v.as_slice(),
+                _ => &[],
+            });
+            Payload::Values(reduce(values, op))
+        }
+        Call::Broadcast { root } => contributions[root]
+            .take()
+            .unwrap_or(Payload::Bytes(Vec::new())),
+    }
+}
+
 /// Combines contributions in rank order.
-fn reduce(contributions: &[Option<Vec<f32>>], op: ReduceOp) -> Vec<f32> {
-    let mut parts = contributions.iter().flatten();
-    let mut out = parts.next().cloned().unwrap_or_default();
+fn reduce<'a>(contributions: impl ExactSizeIterator<Item = &'a [f32]>, op: ReduceOp) -> Vec<f32> {
+    let n = contributions.len() as f32;
+    let mut parts = contributions;
+    let mut out = parts.next().map(<[f32]>::to_vec).unwrap_or_default();
     for part in parts {
         for (o, &v) in out.iter_mut().zip(part) {
             *o = match op {
@@ -120,7 +161,6 @@ fn reduce(contributions: &[Option<Vec<f32>>], op: ReduceOp) -> Vec<f32> {
         }
     }
     if op == ReduceOp::Mean {
-        let n = contributions.len() as f32;
         out.iter_mut().for_each(|o| *o /= n);
     }
     out
@@ -131,6 +171,69 @@ fn reduce(contributions: &[Option<Vec<f32>>], op: ReduceOp) -> Vec<f32> {
 pub struct LocalReplica {
     rank: usize,
     group: Arc<LocalGroup>,
+}
+
+impl LocalReplica {
+    /// Takes part in one collective: waits for every replica's contribution (or a failure),
+    /// and returns the result, computed once by the last to arrive.
+    fn exchange(&self, call: Call, contribution: Payload) -> Result<Arc<Payload>> {
+        let group = &self.group;
+        let mut round = group.lock();
+        if let Some(failed) = &round.failed {
+            return Err(group.failure(failed));
+        }
+        match round.call {
+            None => round.call = Some(call),
+            Some(expected) if expected != call => {
+                let error = Error::CollectiveMismatch {
+                    rank: self.rank,
+                    expected: expected.to_string(),
+                    got: call.to_string(),
+                };
+                round.failed = Some((self.rank, error.to_string()));
+                group.done.notify_all();
+                return Err(error);
+            }
+            Some(_) => {}
+        }
+        round.contributions[self.rank] = Some(contribution);
+        round.arrived += 1;
+        if round.arrived == group.world_size() {
+            let result = complete(&mut round.contributions, call);
+            round.result = Some(Arc::new(result));
+            round.contributions.iter_mut().for_each(|c| *c = None);
+            round.arrived = 0;
+            round.call = None;
+            round.generation += 1;
+            group.done.notify_all();
+        } else {
+            let generation = round.generation;
+            while round.generation == generation && round.failed.is_none() {
+                round = group.done.wait(round).unwrap_or_else(|e| e.into_inner());
+            }
+            if round.generation == generation {
+                if let Some(failed) = &round.failed {
+                    return Err(group.failure(failed));
+                }
+            }
+        }
+        round
+            .result
+            .clone()
+            .ok_or_else(|| Error::Strategy("a collective completed without a result".into()))
+    }
+
+    fn check_root(&self, root: usize) -> Result<()> {
+        if root < self.world_size() {
+            return Ok(());
+        }
+        Err(Error::InvalidValue {
+            key: "broadcast root".into(),
+            value: root.to_string(),
+            allowed: format!("a rank below {}", self.world_size()),
+            origin: None,
+        })
+    }
 }
 
 impl Strategy for LocalReplica {
@@ -152,46 +255,30 @@ impl Strategy for LocalReplica {
     }
 
     fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()> {
-        let group = &self.group;
-        let mut round = group.lock();
-        if let Some(failed) = &round.failed {
-            return Err(group.failure(failed));
+        let call = Call::Reduce {
+            len: values.len(),
+            op,
+        };
+        if let Payload::Values(v) = self
+            .exchange(call, Payload::Values(values.to_vec()))?
+            .as_ref()
+        {
+            values.copy_from_slice(v);
         }
-        match round.shape {
-            None => round.shape = Some((values.len(), op)),
-            Some(shape) if shape != (values.len(), op) => {
-                let error = Error::CollectiveMismatch {
-                    rank: self.rank,
-                    expected: format!("{} values to {:?}", shape.0, shape.1),
-                    got: format!("{} values to {op:?}", values.len()),
-                };
-                round.failed = Some((self.rank, error.to_string()));
-                group.done.notify_all();
-                return Err(error);
-            }
-            Some(_) => {}
-        }
-        round.contributions[self.rank] = Some(values.to_vec());
-        round.arrived += 1;
-        if round.arrived == group.world_size() {
-            round.result = Arc::new(reduce(&round.contributions, op));
-            round.contributions.iter_mut().for_each(|c| *c = None);
-            round.arrived = 0;
-            round.shape = None;
-            round.generation += 1;
-            group.done.notify_all();
+        Ok(())
+    }
+
+    fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
+        self.check_root(root)?;
+        let call = Call::Broadcast { root };
+        let mine = if self.rank == root {
+            std::mem::take(bytes)
         } else {
-            let generation = round.generation;
-            while round.generation == generation && round.failed.is_none() {
-                round = group.done.wait(round).unwrap_or_else(|e| e.into_inner());
-            }
-            if round.generation == generation {
-                if let Some(failed) = &round.failed {
-                    return Err(group.failure(failed));
-                }
-            }
+            Vec::new()
+        };
+        if let Payload::Bytes(b) = self.exchange(call, Payload::Bytes(mine))?.as_ref() {
+            bytes.clone_from(b);
         }
-        values.copy_from_slice(&round.result);
         Ok(())
     }
 
@@ -301,8 +388,30 @@ mod tests {
             let mut v = vec![0.0; 1 + r.rank()];
             r.all_reduce(&mut v, ReduceOp::Sum).unwrap_err().to_string()
         });
-        assert!(out[1].contains("replica 1 passed 2 values"), "{}", out[1]);
+        assert!(
+            out[1].contains("replica 1 passed 2 values to Sum"),
+            "{}",
+            out[1]
+        );
         assert!(out[0].contains("replica 1 of 2 failed"), "{}", out[0]);
+    }
+
+    #[test]
+    fn broadcasts_deliver_the_roots_bytes_to_everyone() {
+        let replicas = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).unwrap();
+        let out = on_each(&replicas, |r| {
+            let mut got = Vec::new();
+            for root in [2, 0] {
+                let mut bytes = vec![r.rank() as u8; 1 + r.rank()];
+                r.broadcast(&mut bytes, root).unwrap();
+                got.push(bytes);
+            }
+            assert!(r.broadcast(&mut Vec::new(), 3).is_err());
+            got
+        });
+        for got in out {
+            assert_eq!(got, vec![vec![2, 2, 2], vec![0]]);
+        }
     }
 
     #[test]

@@ -137,6 +137,13 @@ pub trait Strategy: Send + Sync {
     /// If a collective fails.
     fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()>;
 
+    /// Replaces `bytes` on every replica by `root`'s: how the leader of a group hands the others
+    /// their work (see `roll_backend_burn::train::follow`).
+    ///
+    /// # Errors
+    /// A `root` that is not a rank of the group, or a failed collective.
+    fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()>;
+
     /// Tells the other replicas that this one failed and will issue no more collectives, so that
     /// those waiting in one return [`Error::ReplicaFailed`] naming this rank instead of waiting
     /// for ever. Over MPI this ends the job (`MPI_Abort`). A single replica has no one to tell.
@@ -207,6 +214,17 @@ impl Strategy for SingleDevice {
     }
     fn all_reduce(&self, _values: &mut [f32], _op: ReduceOp) -> Result<()> {
         Ok(())
+    }
+    fn broadcast(&self, _bytes: &mut Vec<u8>, root: usize) -> Result<()> {
+        if root == 0 {
+            return Ok(());
+        }
+        Err(Error::InvalidValue {
+            key: "broadcast root".into(),
+            value: root.to_string(),
+            allowed: "0 (a single device is rank 0)".into(),
+            origin: None,
+        })
     }
 }
 
