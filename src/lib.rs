@@ -48,14 +48,14 @@ pub use roll_reward as reward;
 /// The names most programs need: the traits to implement, the data they see, a config and the
 /// run that trains from it, the Burn roles and the pipeline parts for composing one by hand.
 pub mod prelude {
-    pub use crate::run::{Run, RunBuilder, RunPlan, RunSummary};
+    pub use crate::run::{Run, RunBuilder, RunPlan, RunSummary, follow};
     pub use roll_algos::AlgorithmConfig;
     pub use roll_algos::filter::DynamicFilter;
     pub use roll_backend_burn::engine::EngineConfig;
     pub use roll_backend_burn::train::TrainerConfig;
     pub use roll_backend_burn::{
         BurnCritic, BurnFrozen, BurnPolicy, BurnReference, ChatTemplate, Device, HfTokenizer,
-        PolicyOptions, load_model,
+        Placement, PolicyOptions, load_model,
     };
     pub use roll_core::config::Config;
     pub use roll_core::pipeline::{

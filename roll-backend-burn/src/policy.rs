@@ -49,7 +49,7 @@
 
 use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::hf::{HfSource, SaveOptions, export_hf_dir};
-use crate::train::{CriticTrainer, DataParallel, TrainKernels, Trainer, TrainerConfig};
+use crate::train::{CriticTrainer, DataParallel, Replica, TrainKernels, Trainer, TrainerConfig};
 use crate::{
     BackendError, CausalLm, Result, ScoringOptions, ValueHead, device as device_for, score,
 };
@@ -60,21 +60,84 @@ use roll_core::policy::{
     Generate, Generation, GenerationRequest, Objective, SamplingParams, Score, ScoreKernels,
     ScoreRequest, ScoreSequence, TokenScores, Train, TrainOutput,
 };
-use roll_core::strategy::DeviceSpec;
+use roll_core::strategy::{DeviceSpec, Strategy};
 use roll_core::{Tokenizer, TrainBatch, WeightVersion};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+/// Where a trainable role's trainer replicas run. Inference — the engine and scoring — runs on
+/// the first replica's device.
+#[derive(Clone)]
+pub enum Placement {
+    /// Replicas in this process, one per device, in rank order: one device trains alone, several
+    /// train data-parallel ([`DataParallel`]: each step split across them by tokens, gradients
+    /// summed, the replicas kept identical).
+    Devices(Vec<DeviceSpec>),
+    /// Rank 0 of a data-parallel group that spans processes (e.g. `roll_mpi`'s strategy): one
+    /// replica here, on `device`; every other rank runs [`follow`](crate::train::follow) with a
+    /// trainer built from the same weights and config ([`DataParallel::leader`]).
+    Leader {
+        /// This process's device.
+        device: DeviceSpec,
+        /// Rank 0 of the group.
+        group: Arc<dyn Strategy>,
+    },
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self::Devices(vec![DeviceSpec::Cpu])
+    }
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Devices(devices) => f.debug_tuple("Devices").field(devices).finish(),
+            Self::Leader { device, group } => f
+                .debug_struct("Leader")
+                .field("device", device)
+                .field("group", &group.name())
+                .finish(),
+        }
+    }
+}
+
+impl Placement {
+    /// The device inference runs on: the first replica's.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for an empty device list.
+    fn inference_device(&self) -> Result<DeviceSpec> {
+        match self {
+            Self::Devices(devices) => devices.first().copied().ok_or_else(|| {
+                BackendError::InvalidInput("a role needs at least one device (none given)".into())
+            }),
+            Self::Leader { device, .. } => Ok(*device),
+        }
+    }
+
+    /// The trainer replicas this process runs, each built by `replica` on its device.
+    fn trainers<T: Replica>(
+        &self,
+        mut replica: impl FnMut(Device) -> Result<T>,
+    ) -> Result<DataParallel<T>> {
+        match self {
+            Self::Devices(devices) => DataParallel::new(devices, replica),
+            Self::Leader { device, group } => {
+                DataParallel::leader(replica(device_for(*device)?)?, group.clone())
+            }
+        }
+    }
+}
+
 /// How a Burn role is placed and served.
 #[derive(Debug, Clone)]
 pub struct PolicyOptions {
-    /// Where the role's trainer replicas run, in rank order: one device trains alone, several
-    /// train data-parallel ([`DataParallel`]: each step split across them by tokens, gradients
-    /// summed, the replicas kept identical). Inference — the engine and scoring — runs on the
-    /// first. Default `[cpu]`.
-    pub devices: Vec<DeviceSpec>,
+    /// Where the role's trainer replicas run. Default: this process, on the CPU.
+    pub placement: Placement,
     /// Inference engine settings (generating roles).
     pub engine: EngineConfig,
     /// Force a decoder; `None` picks the fastest that covers the model ([`DecoderKind::auto`]).
@@ -89,7 +152,7 @@ pub struct PolicyOptions {
 impl Default for PolicyOptions {
     fn default() -> Self {
         Self {
-            devices: vec![DeviceSpec::Cpu],
+            placement: Placement::default(),
             engine: EngineConfig::default(),
             decoder: None,
             scoring: ScoringOptions::default(),
@@ -210,21 +273,9 @@ impl Scoring {
     }
 }
 
-impl PolicyOptions {
-    /// The device inference runs on: the first trainer replica's.
-    ///
-    /// # Errors
-    /// [`BackendError::InvalidInput`] when `devices` is empty.
-    fn inference_device(&self) -> Result<DeviceSpec> {
-        self.devices.first().copied().ok_or_else(|| {
-            BackendError::InvalidInput("a role needs at least one device (`devices` is empty)".into())
-        })
-    }
-}
-
 /// Places `model` on the options' inference device and picks the engine's decoder.
 fn placed(model: CausalLm, options: &PolicyOptions) -> Result<(CausalLm, Device, DecoderKind)> {
-    let device = device_for(options.inference_device()?)?;
+    let device = device_for(options.placement.inference_device()?)?;
     let model = model.to_device(&device);
     let kind = options
         .decoder
@@ -268,9 +319,9 @@ impl BurnPolicy {
         trainer: TrainerConfig,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let trainer = DataParallel::new(&options.devices, |device| {
-            Trainer::new(model.clone(), trainer.clone(), &device)
-        })?;
+        let trainer = options
+            .placement
+            .trainers(|device| Trainer::new(model.clone(), trainer.clone(), &device))?;
         Self::build(trainer, tokenizer, options)
     }
 
@@ -285,7 +336,7 @@ impl BurnPolicy {
         mut options: PolicyOptions,
     ) -> Result<Self> {
         let mut version = 0;
-        let trainer = DataParallel::new(&options.devices, |device| {
+        let trainer = options.placement.trainers(|device| {
             let (trainer, v) = Trainer::load_checkpoint(dir.as_ref(), &device)?;
             version = v;
             Ok(trainer)
@@ -506,7 +557,7 @@ impl BurnCritic {
         trainer: TrainerConfig,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let trainer = DataParallel::new(&options.devices, |device| {
+        let trainer = options.placement.trainers(|device| {
             CriticTrainer::new(trunk.clone(), head.clone(), trainer.clone(), &device)
         })?;
         let (trunk, head) = trainer.first().inference_model()?;

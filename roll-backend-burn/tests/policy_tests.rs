@@ -9,8 +9,8 @@ mod support;
 
 use roll_backend_burn::train::{LoraConfig, TrainKernels, TrainerConfig};
 use roll_backend_burn::{
-    BurnCritic, BurnFrozen, BurnPolicy, BurnReference, Device, HfTokenizer, PolicyOptions,
-    load_model,
+    BurnCritic, BurnFrozen, BurnPolicy, BurnReference, Device, HfTokenizer, Placement,
+    PolicyOptions, load_model,
 };
 use roll_core::policy::{
     Generate, GenerationRequest, Objective, SamplingParams, Score, ScoreKernels, ScoreRequest,
@@ -257,7 +257,7 @@ fn a_data_parallel_actor_steps_as_a_one_device_actor() {
         "tiny-qwen2-sft",
         config,
         PolicyOptions {
-            devices: vec![roll_backend_burn::DeviceSpec::Cpu; 2],
+            placement: Placement::Devices(vec![roll_backend_burn::DeviceSpec::Cpu; 2]),
             ..PolicyOptions::default()
         },
     );
@@ -294,7 +294,7 @@ fn a_data_parallel_actor_steps_as_a_one_device_actor() {
             tokenizer("tiny-qwen2-sft"),
             trainer_config(),
             PolicyOptions {
-                devices: Vec::new(),
+                placement: Placement::Devices(Vec::new()),
                 ..PolicyOptions::default()
             },
         )

@@ -2,16 +2,18 @@
 //! becomes a [`Run`] with a real actor.
 
 use super::checkpoint::{self, ACTOR, CHECKPOINTS, Resumed, SftProgress, StageState};
+use super::distributed;
 use super::plan::{RolloutPlan, RunPlan, SftPlan};
 use super::runner::{ActorStart, BuildRl, Evaluation, Restored, Run, SftStage, Stage};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::{
-    BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, PolicyOptions,
+    BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, Placement, PolicyOptions,
 };
 use roll_core::config::{Config, DomainMap, LrSchedule};
 use roll_core::pipeline::{RlvrPipeline, SftExample, SftPipeline};
 use roll_core::policy::{Generate, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
+use roll_core::strategy::Strategy;
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::manager::{Incident, IncidentHook};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
@@ -46,6 +48,8 @@ pub struct RunBuilder {
     eval: Vec<Prompt>,
     eval_seeds: Vec<u64>,
     incident_hooks: Vec<IncidentHook>,
+    /// Rank 0 of the actor's data-parallel group across processes, when this run leads one.
+    group: Option<Arc<dyn Strategy>>,
 }
 
 impl RunBuilder {
@@ -61,6 +65,7 @@ impl RunBuilder {
             eval: Vec::new(),
             eval_seeds: Vec::new(),
             incident_hooks: Vec::new(),
+            group: None,
         }
     }
 
@@ -111,6 +116,19 @@ impl RunBuilder {
         self
     }
 
+    /// Makes this process rank 0 of a run across processes: it runs the pipeline and one
+    /// replica of the actor's trainer; ranks 1.. of `group` run [`follow`](super::follow) with
+    /// the same config, each one more replica. The actor's steps are split across the group by
+    /// tokens and their gradients summed (see [`roll_backend_burn::train::DataParallel::leader`]).
+    /// `group` is typically `roll_mpi`'s strategy under `mpirun` or `srun`.
+    ///
+    /// [`RunBuilder::build`] then refuses `[sft]` and `model.data_parallel` above 1.
+    #[must_use]
+    pub fn lead(mut self, group: Arc<dyn Strategy>) -> Self {
+        self.group = Some(group);
+        self
+    }
+
     /// Calls `hook` with every incident of an agentic run's environments — a panic, a failed
     /// episode, a step cut at `agentic.step_timeout`, an episode the watchdog saw make no
     /// progress for `agentic.hung_timeout` — as it happens (on the manager's task: keep it
@@ -157,6 +175,9 @@ impl RunBuilder {
     /// prompts, held-out prompts in an agentic run, a checkpoint that does not fit the run.
     pub fn build(mut self) -> Result<Run> {
         let mut plan = RunPlan::from_config(&self.config)?;
+        if self.group.is_some() {
+            distributed::check(&plan)?;
+        }
         let root = plan.run.output_dir.join(CHECKPOINTS);
         let (found, skipped) = if plan.run.resume {
             checkpoint::newest(&root)?
@@ -190,8 +211,22 @@ impl RunBuilder {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
         }
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
+        let placement = match &self.group {
+            None => Placement::Devices(plan.model.trainer_devices.clone()),
+            Some(group) => {
+                let start = match &found {
+                    None => distributed::Start::Weights(plan.model.dir.clone()),
+                    Some((dir, _)) => distributed::Start::Checkpoint(dir.join(ACTOR)),
+                };
+                distributed::announce(group.as_ref(), &start)?;
+                Placement::Leader {
+                    device: plan.model.device,
+                    group: group.clone(),
+                }
+            }
+        };
         let options = PolicyOptions {
-            devices: plan.model.trainer_devices.clone(),
+            placement,
             engine: plan.engine.clone(),
             scoring: plan.scoring,
             ..PolicyOptions::default()

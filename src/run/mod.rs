@@ -7,6 +7,7 @@ use roll_core::Error;
 
 mod builder;
 mod checkpoint;
+mod distributed;
 mod plan;
 mod plots;
 mod runner;
@@ -15,6 +16,7 @@ mod telemetry;
 
 pub use builder::RunBuilder;
 pub use checkpoint::{Resumed, SkippedCheckpoint};
+pub use distributed::follow;
 pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
 pub use plots::plot_metrics;
 pub use runner::Run;

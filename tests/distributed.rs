@@ -1,0 +1,150 @@
+//! A run across ranks, on threads: rank 0 runs the RLVR pipeline and leads the actor's
+//! data-parallel group, rank 1 `follow`s. It trains as the same run in one process (the same
+//! rollouts, so the same steps), and the follower is released when the leader's run ends.
+//! (`roll-mpi`'s tests run the same across processes under `mpirun`.)
+
+use roll::core::config::ConfigLoader;
+use roll::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+mod common;
+use common::{FIXTURE, first_digit, out_dir};
+
+fn config(out: &std::path::Path, extra: &str) -> Config {
+    let toml = format!(
+        r#"
+        pipeline = "rlvr"
+        [run]
+        max_steps = 2
+        output_dir = "{out}"
+        [model]
+        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
+        prompt_format = "plain"
+        [rollout]
+        prompts_per_step = 2
+        group_size = 4
+        max_new_tokens = 4
+        max_staleness = 0
+        [train]
+        learning_rate = 1e-3
+        [domains.arithmetic]
+        reward = {{ kind = "first_digit" }}
+        {extra}
+        "#,
+        out = out.display()
+    );
+    ConfigLoader::new().toml_str(&toml).load().expect("config")
+}
+
+fn sums() -> impl Iterator<Item = Prompt> + Send {
+    (0..64).map(|i: u64| {
+        let (a, b) = (10 + i % 37, 20 + (i * 7) % 29);
+        Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
+            .with_ground_truth((a + b).to_string())
+    })
+}
+
+fn build(config: Config) -> RunBuilder {
+    RunBuilder::new(config)
+        .reward("first_digit", first_digit)
+        .prompts(sums())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_led_across_two_ranks_trains_as_one_process() {
+    let alone_out = out_dir("distributed-alone");
+    let mut alone = build(config(&alone_out, "")).build().expect("build");
+    let alone_reports = alone.train().await.expect("train").rl;
+    let alone_model = alone.actor().model().expect("model");
+
+    let led_out = out_dir("distributed-led");
+    let led_config = config(&led_out, "");
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
+    let leader: Arc<dyn Strategy> = Arc::new(ranks[0].clone());
+    let follower: Arc<dyn Strategy> = Arc::new(ranks[1].clone());
+    let (served_tx, served_rx) = std::sync::mpsc::channel();
+    let follower_config = led_config.clone();
+    std::thread::spawn(move || {
+        let _ = served_tx.send(follow(&follower_config, follower));
+    });
+    let mut led = build(led_config).lead(leader).build().expect("build");
+    let led_reports = led.train().await.expect("train").rl;
+    let led_model = led.actor().model().expect("model");
+    drop(led);
+    let served = served_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the follower was released when the leader's run ended")
+        .expect("the follower served");
+    assert_eq!(served, 2);
+    assert_eq!(led_reports.len(), alone_reports.len());
+    for (a, b) in alone_reports.iter().zip(&led_reports) {
+        assert_eq!(a.samples, b.samples);
+        for key in ["actor/trained_tokens", "actor/sequences"] {
+            assert_eq!(a.metrics[key], b.metrics[key], "{key}");
+        }
+        let gap = b.metrics["actor/train_infer_logprob_gap"];
+        assert_eq!(gap, 0.0, "the leader's replica serves the engine's bits");
+    }
+    let worst = max_param_diff(&alone_model, &led_model);
+    assert!(
+        worst <= 1e-5,
+        "the led run differs from one process by {worst}"
+    );
+    for dir in [alone_out, led_out] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn what_a_run_across_processes_does_not_take_is_refused_on_every_rank() {
+    let out = out_dir("distributed-refused");
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
+    let mut two = config(&out, "");
+    two.model.data_parallel = 2;
+    let err = build(two.clone())
+        .lead(Arc::new(ranks[0].clone()))
+        .build()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("model.data_parallel"), "{err}");
+    // A follower that cannot start tells the group, so the leader is not left waiting.
+    let err = follow(&two, Arc::new(ranks[1].clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("model.data_parallel"), "{err}");
+    let mut bytes = b"start".to_vec();
+    let err = ranks[0].broadcast(&mut bytes, 0).unwrap_err().to_string();
+    assert!(
+        err.contains("replica 1 of 2 failed") && err.contains("rank 1 (actor trainer)"),
+        "{err}"
+    );
+}
+
+/// The largest |a − b| over every parameter of two models.
+fn max_param_diff(a: &roll::backend::CausalLm, b: &roll::backend::CausalLm) -> f32 {
+    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::tensor::Tensor;
+    #[derive(Default)]
+    struct Collect(Vec<Vec<f32>>);
+    impl ModuleVisitor for Collect {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            self.0.push(
+                p.val()
+                    .into_data()
+                    .convert::<f32>()
+                    .try_to_vec::<f32>()
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    let (mut x, mut y) = (Collect::default(), Collect::default());
+    a.visit(&mut x);
+    b.visit(&mut y);
+    assert_eq!(x.0.len(), y.0.len());
+    x.0.iter()
+        .zip(&y.0)
+        .flat_map(|(p, q)| p.iter().zip(q).map(|(u, v)| (u - v).abs()))
+        .fold(0.0, f32::max)
+}
