@@ -43,6 +43,10 @@ pub fn init_logging() -> bool {
 }
 pub use roll_core as core;
 pub use roll_env as env;
+/// Runs across processes on MPI (feature `mpi`): [`roll_mpi::MpiWorld`], whose replicas are the
+/// [`Strategy`](roll_core::Strategy) of [`run::RunBuilder::lead`] and [`run::follow`].
+#[cfg(feature = "mpi")]
+pub use roll_mpi as mpi;
 pub use roll_reward as reward;
 
 /// The names most programs need: the traits to implement, the data they see, a config and the

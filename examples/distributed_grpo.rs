@@ -1,0 +1,55 @@
+//! distributed_grpo — GRPO across processes on MPI: rank 0 runs the whole pipeline (rollouts,
+//! rewards, the controller) and one replica of the actor's trainer; every other rank is one more
+//! data-parallel replica. Each step's batch is split across the ranks by tokens, the gradients
+//! are summed with `MPI_Allreduce`, and every replica applies the same update, so the run trains
+//! as one process would on the whole batch.
+//!
+//! ```sh
+//! cargo build --release --features mpi --example distributed_grpo
+//! mpirun -np 2 target/release/examples/distributed_grpo          # one machine (root: add --allow-run-as-root)
+//! srun --ntasks=4 target/release/examples/distributed_grpo       # a Slurm allocation
+//! ```
+//!
+//! Every rank reads the same config (`examples/configs/distributed_grpo.toml`, or `--config
+//! FILE`, then `key.path=value` overrides) and must see the same files: the model directory,
+//! and the run directory when resuming (`run.resume=true`). See docs/distributed.md.
+
+#[path = "common/cli.rs"]
+mod cli;
+
+use roll::mpi::MpiWorld;
+use roll::prelude::*;
+use std::sync::Arc;
+
+fn main() -> anyhow::Result<()> {
+    roll::init_logging();
+    let world = MpiWorld::init()?;
+    let config = cli::config("examples/configs/distributed_grpo.toml")?;
+    let group: Arc<dyn Strategy> = Arc::new(world.replica(config.model.device));
+    if world.rank() > 0 {
+        let steps = follow(&config, group)?;
+        println!(
+            "rank {}: served {steps} steps of rank 0's run",
+            world.rank()
+        );
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let run = RunBuilder::new(config).prompts(sums(256)).lead(group);
+        // `train` ends the run, which releases the other ranks.
+        cli::train(run).await
+    })
+}
+
+/// `Q: a+b=? A:` prompts with their sums as ground truth (the fixture's format).
+fn sums(n: u64) -> impl Iterator<Item = Prompt> {
+    (0..n).map(|i| {
+        let (a, b) = (i % 50, (i * 7 + 3) % 50);
+        Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
+            .with_ground_truth((a + b).to_string())
+    })
+}

@@ -1,0 +1,29 @@
+//! # roll-mpi — roll across processes and machines, on MPI
+//!
+//! roll does not ship a distributed runtime of its own: processes are started by the standard
+//! launchers and talk through the system's MPI library (OpenMPI, MPICH, a vendor's). This crate
+//! is the one place that touches it: [`MpiWorld`] initialises MPI once per process and hands out
+//! [`MpiReplica`], roll-core's [`Strategy`](roll_core::Strategy) over `MPI_COMM_WORLD` — the
+//! rank, the world size, the all-reduces that keep data-parallel trainer replicas identical and
+//! the broadcast with which rank 0 hands out each step.
+//!
+//! What a run across processes does with it is in `roll::run` (`RunBuilder::lead` on rank 0,
+//! `roll::run::follow` on the others) and `examples/distributed_grpo.rs`.
+//!
+//! ```sh
+//! # One machine, two processes (as root, as in CI, add --allow-run-as-root):
+//! mpirun -np 2 target/release/examples/distributed_grpo
+//! # A Slurm cluster: one process per task, the launcher sets the ranks.
+//! srun --ntasks=4 target/release/examples/distributed_grpo
+//! ```
+//!
+//! Everything is behind the cargo feature `mpi`, which needs the MPI headers and `libclang` at
+//! build time (Debian: `apt-get install openmpi-bin libopenmpi-dev libclang-dev`); without it
+//! the crate is empty and a plain workspace build needs no system library.
+#![warn(missing_docs)]
+
+#[cfg(feature = "mpi")]
+mod world;
+
+#[cfg(feature = "mpi")]
+pub use world::{MpiReplica, MpiWorld};

@@ -1,0 +1,30 @@
+//! roll-mpi's collectives across real processes: `mpirun -np 2` on this machine.
+#![cfg(feature = "mpi")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+/// `mpirun` with the flags a CI container needs (it runs as root, with fewer cores than ranks).
+pub fn mpirun(ranks: usize) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(ranks.to_string());
+    cmd
+}
+
+#[test]
+fn collectives_agree_across_two_processes() {
+    let out = mpirun(2)
+        .arg(env!("CARGO_BIN_EXE_mpi_collectives_check"))
+        .output()
+        .expect("mpirun not found: install MPI (Debian: openmpi-bin libopenmpi-dev)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for rank in 0..2 {
+        assert!(
+            stdout.contains(&format!("rank {rank} of 2: collectives ok")),
+            "{stdout}\n{stderr}"
+        );
+    }
+}

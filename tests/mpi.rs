@@ -1,0 +1,232 @@
+//! roll across two processes under `mpirun -np 2` on this machine (feature `mpi`).
+//!
+//! Run plainly, `main` launches itself under `mpirun`; each rank then:
+//! 1. trains three steps of the tiny fixture data-parallel — its own shard of each batch, the
+//!    gradients summed over MPI — and checks that both ranks hold the same weights and that they
+//!    are those of one trainer on the whole batch (rank 0 trains that one too);
+//! 2. runs two GRPO steps of a run across processes: rank 0 runs the pipeline
+//!    (`RunBuilder::lead`), rank 1 serves it (`roll::run::follow`).
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
+use roll::backend::train::{Trainer, TrainerConfig};
+use roll::core::config::ConfigLoader;
+use roll::core::rng::SplitMix64;
+use roll::core::strategy::ReduceOp;
+use roll::core::{SampleId, TrainSequence};
+use roll::mpi::MpiWorld;
+use roll::prelude::*;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+
+mod common;
+use common::{FIXTURE, first_digit, out_dir};
+
+const CHILD: &str = "ROLL_MPI_TEST_RANK";
+
+fn main() -> ExitCode {
+    if std::env::var_os(CHILD).is_some() {
+        return match rank_main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Honour `cargo test -- <filter>` as a libtest binary would: nothing here matches `--list`.
+    if std::env::args().any(|a| a == "--list") {
+        println!("mpirun_two_ranks: test");
+        return ExitCode::SUCCESS;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    let out = match Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(exe)
+        .env(CHILD, "1")
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("mpirun: {e}: install MPI (Debian: openmpi-bin libopenmpi-dev)");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = [
+        "rank 0: data parallel over MPI equals one trainer",
+        "rank 1: data parallel over MPI equals one trainer",
+        "rank 0: led 2 GRPO steps",
+        "rank 1: served 2 steps",
+    ];
+    let missing: Vec<&str> = expected
+        .into_iter()
+        .filter(|line| !stdout.contains(line))
+        .collect();
+    if !out.status.success() || !missing.is_empty() {
+        eprintln!("mpirun failed or lines are missing: {missing:?}\n{stdout}\n{stderr}");
+        return ExitCode::FAILURE;
+    }
+    println!("{stdout}test mpirun_two_ranks ... ok");
+    ExitCode::SUCCESS
+}
+
+fn rank_main() -> anyhow::Result<()> {
+    let world = MpiWorld::init()?;
+    let group: Arc<dyn Strategy> = Arc::new(world.replica(DeviceSpec::Cpu));
+    let rank = world.rank();
+    data_parallel_equals_one_trainer(&group)?;
+    println!("rank {rank}: data parallel over MPI equals one trainer");
+    grpo_run_across_ranks(&group)?;
+    Ok(())
+}
+
+fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
+    let device = Device::flex();
+    let model = load_model(FIXTURE, &device)?;
+    let config = TrainerConfig {
+        lr: 1e-3,
+        eps: 1e-3,
+        micro_batch_tokens: Some(40),
+        ..TrainerConfig::default()
+    };
+    let objective = roll::core::policy::Objective::default();
+    let mut replica =
+        Trainer::new(model.clone(), config.clone(), &device)?.with_strategy(group.clone());
+    let mut alone = (group.rank() == 0).then(|| Trainer::new(model, config, &device));
+    for seed in 0..3 {
+        let batch = batch(seed);
+        let tokens: Vec<usize> = batch
+            .sequences()
+            .iter()
+            .map(|s| s.prompt_ids.len() + s.response_ids.len())
+            .collect();
+        let mine = &group.partition(&tokens)[group.rank()];
+        let shard = TrainBatch::new(mine.iter().map(|&i| batch.sequences()[i].clone()).collect())?;
+        replica.step(&shard, &objective)?;
+        if let Some(Ok(alone)) = &mut alone {
+            alone.step(&batch, &objective)?;
+        }
+    }
+    let mine = flat(&replica.inference_model()?);
+    // Both ranks hold the same bits: the element-wise max and min over the ranks are equal.
+    let (mut high, mut low) = (mine.clone(), mine.clone());
+    group.all_reduce(&mut high, ReduceOp::Max)?;
+    group.all_reduce(&mut low, ReduceOp::Min)?;
+    anyhow::ensure!(high == low, "the replicas' weights differ across ranks");
+    if let Some(alone) = alone {
+        let one = flat(&alone?.inference_model()?);
+        let worst = one
+            .iter()
+            .zip(&mine)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        anyhow::ensure!(
+            worst <= 1e-5,
+            "data parallel differs from one trainer by {worst}"
+        );
+        let moved = flat(&load_model(FIXTURE, &device)?)
+            .iter()
+            .zip(&one)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        anyhow::ensure!(moved > 1e-4, "the steps changed nothing");
+    }
+    Ok(())
+}
+
+fn grpo_run_across_ranks(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
+    let out = out_dir("mpi-grpo");
+    let toml = format!(
+        r#"
+        pipeline = "rlvr"
+        [run]
+        max_steps = 2
+        output_dir = "{out}"
+        [model]
+        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
+        prompt_format = "plain"
+        [rollout]
+        prompts_per_step = 2
+        group_size = 4
+        max_new_tokens = 4
+        max_staleness = 0
+        [train]
+        learning_rate = 1e-4
+        [domains.arithmetic]
+        reward = {{ kind = "first_digit" }}
+        "#,
+        out = out.display()
+    );
+    let config = ConfigLoader::new().toml_str(&toml).load()?;
+    if group.rank() > 0 {
+        let steps = follow(&config, group.clone())?;
+        println!("rank {}: served {steps} steps", group.rank());
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let steps = runtime.block_on(async {
+        let prompts = (0..16u64).map(|i| {
+            Prompt::new(PromptId(i), format!("Q: {i}+{i}=? A:"), "arithmetic")
+                .with_ground_truth((2 * i).to_string())
+        });
+        let mut run = RunBuilder::new(config)
+            .reward("first_digit", first_digit)
+            .prompts(prompts)
+            .lead(group.clone())
+            .build()?;
+        let summary = run.train().await?;
+        anyhow::ensure!(run.actor().weight_version() == WeightVersion(2));
+        anyhow::Ok(summary.rl.len())
+    })?;
+    println!("rank 0: led {steps} GRPO steps");
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}
+
+/// Seven sequences of varied lengths from the fixture's vocabulary, advantages of both signs.
+fn batch(seed: u64) -> TrainBatch {
+    let mut rng = SplitMix64::new(seed);
+    let mut below = |n: u64| (rng.next_u64() % n) as u32;
+    let seqs = (0..7)
+        .map(|i| {
+            let (p, r) = (2 + below(6) as usize, 3 + below(9) as usize);
+            TrainSequence {
+                sample: SampleId(i),
+                prompt_ids: (0..p).map(|_| below(200)).collect(),
+                response_ids: (0..r).map(|_| below(200)).collect(),
+                loss_mask: vec![true; r],
+                old_logprobs: vec![-3.0; r],
+                rollout_logprobs: vec![-3.0; r],
+                ref_logprobs: None,
+                advantages: (0..r)
+                    .map(|t| below(100) as f32 / 50.0 - 1.0 + t as f32 * 0.01)
+                    .collect(),
+                returns: None,
+                old_values: None,
+                weight: 1.0,
+                score: 0.0,
+            }
+        })
+        .collect();
+    TrainBatch::new(seqs).expect("a valid batch")
+}
+
+/// Every parameter of `model`, end to end.
+fn flat(model: &roll::backend::CausalLm) -> Vec<f32> {
+    #[derive(Default)]
+    struct Collect(Vec<f32>);
+    impl ModuleVisitor for Collect {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            let data = p.val().into_data().convert::<f32>();
+            self.0.extend(data.try_to_vec::<f32>().unwrap_or_default());
+        }
+    }
+    let mut c = Collect::default();
+    model.visit(&mut c);
+    c.0
+}
