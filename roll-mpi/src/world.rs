@@ -102,7 +102,10 @@ pub struct MpiReplica {
 
 impl Strategy for MpiReplica {
     fn name(&self) -> String {
-        format!("mpi(rank {} of {}, {})", self.world.rank, self.world.size, self.device)
+        format!(
+            "mpi(rank {} of {}, {})",
+            self.world.rank, self.world.size, self.device
+        )
     }
 
     fn devices(&self) -> Vec<DeviceSpec> {

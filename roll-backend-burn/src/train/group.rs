@@ -54,10 +54,10 @@ impl Group {
     /// wait in the next collective for ever).
     pub(crate) fn or_abort<T>(&self, step: impl FnOnce() -> Result<T>) -> Result<T> {
         let out = step();
-        if let Err(e) = &out {
-            if self.shared() {
-                self.strategy.abort(&e.to_string());
-            }
+        if let Err(e) = &out
+            && self.shared()
+        {
+            self.strategy.abort(&e.to_string());
         }
         out
     }

@@ -240,10 +240,10 @@ impl<T: Replica> DataParallel<T> {
 impl<T: Replica> Drop for DataParallel<T> {
     /// Releases the ranks that follow this one (their [`follow`](super::follow) returns).
     fn drop(&mut self) {
-        if self.leads_others {
-            if let Err(e) = announce(self.strategies[0].as_ref(), &Command::Stop) {
-                tracing::warn!(error = %e, "could not tell the data-parallel group to stop");
-            }
+        if self.leads_others
+            && let Err(e) = announce(self.strategies[0].as_ref(), &Command::Stop)
+        {
+            tracing::warn!(error = %e, "could not tell the data-parallel group to stop");
         }
     }
 }

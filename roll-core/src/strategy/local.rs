@@ -211,10 +211,10 @@ impl LocalReplica {
             while round.generation == generation && round.failed.is_none() {
                 round = group.done.wait(round).unwrap_or_else(|e| e.into_inner());
             }
-            if round.generation == generation {
-                if let Some(failed) = &round.failed {
-                    return Err(group.failure(failed));
-                }
+            if round.generation == generation
+                && let Some(failed) = &round.failed
+            {
+                return Err(group.failure(failed));
             }
         }
         round

@@ -35,7 +35,9 @@ fn check() -> Result<String, String> {
         let mut v = mine;
         me.all_reduce(&mut v, op).map_err(|e| e.to_string())?;
         if v != want {
-            return Err(format!("rank {r}: {op:?} of {mine:?} gave {v:?}, not {want:?}"));
+            return Err(format!(
+                "rank {r}: {op:?} of {mine:?} gave {v:?}, not {want:?}"
+            ));
         }
     }
     // The last rank broadcasts a message longer than the others' buffers.
@@ -52,5 +54,9 @@ fn check() -> Result<String, String> {
     if me.broadcast(&mut bytes, me.world_size()).is_ok() {
         return Err("a broadcast from a rank outside the job was accepted".into());
     }
-    Ok(format!("rank {} of {}: collectives ok", me.rank(), me.world_size()))
+    Ok(format!(
+        "rank {} of {}: collectives ok",
+        me.rank(),
+        me.world_size()
+    ))
 }
