@@ -77,7 +77,8 @@ pub enum Placement {
     Devices(Vec<DeviceSpec>),
     /// Rank 0 of a data-parallel group that spans processes (e.g. `roll_mpi`'s strategy): one
     /// replica here, on `device`; every other rank runs [`follow`](crate::train::follow) with a
-    /// trainer built from the same weights and config ([`DataParallel::leader`]).
+    /// trainer built from the same weights and config ([`DataParallel::leader`]). A group serves
+    /// one role: a second trainable role (a critic) needs a group of its own.
     Leader {
         /// This process's device.
         device: DeviceSpec,

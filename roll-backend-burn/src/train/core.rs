@@ -543,8 +543,18 @@ impl<M: Module> Core<M> {
         })
     }
 
-    /// Applies a batch's gradients (nothing for a batch without a trained token) and reports.
-    pub(crate) fn apply_batch(&mut self, mut g: BatchGradients) -> Result<TrainStepReport> {
+    /// Applies a batch's gradients (nothing for a batch without a trained token) and reports. A
+    /// replica that fails here tells its group: it would otherwise fall out of step with the
+    /// others unnoticed.
+    pub(crate) fn apply_batch(&mut self, g: BatchGradients) -> Result<TrainStepReport> {
+        let applied = self.apply_batch_alone(g);
+        if let (Err(e), Some(group)) = (&applied, &self.group) {
+            group.abort(e);
+        }
+        applied
+    }
+
+    fn apply_batch_alone(&mut self, mut g: BatchGradients) -> Result<TrainStepReport> {
         let applied = if g.trained_tokens == 0 {
             Applied {
                 grad_norm: 0.0,

@@ -54,12 +54,17 @@ impl Group {
     /// wait in the next collective for ever).
     pub(crate) fn or_abort<T>(&self, step: impl FnOnce() -> Result<T>) -> Result<T> {
         let out = step();
-        if let Err(e) = &out
-            && self.shared()
-        {
-            self.strategy.abort(&e.to_string());
+        if let Err(e) = &out {
+            self.abort(e);
         }
         out
+    }
+
+    /// Tells the other replicas that this one failed with `error`.
+    pub(crate) fn abort(&self, error: &BackendError) {
+        if self.shared() {
+            self.strategy.abort(&error.to_string());
+        }
     }
 
     /// Replaces the shard's counts in `plan` by the group's: `N` and `S` summed, the longest
