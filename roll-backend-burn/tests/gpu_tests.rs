@@ -1,6 +1,7 @@
 //! The GPU path end to end on the machine's Vulkan adapter (lavapipe in CI; `.ci/gpu`): a
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
-//! leaves the parameters where the same step on the CPU does, and the engine's device decoder
+//! leaves the parameters where the same step on the CPU does (with one trainer, and with two
+//! data-parallel replicas on the device), and the engine's device decoder
 //! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
 //! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
@@ -12,8 +13,8 @@ use support::params;
 use burn::module::Module;
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
 use roll_backend_burn::gpu::vulkan_device;
-use roll_backend_burn::train::{Trainer, TrainerConfig};
-use roll_backend_burn::{CausalLm, Device, load_model};
+use roll_backend_burn::train::{DataParallel, TrainStepReport, Trainer, TrainerConfig};
+use roll_backend_burn::{CausalLm, Device, DeviceSpec, load_model};
 use roll_core::policy::{Generation, GenerationRequest, Objective, SamplingParams};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 
@@ -68,18 +69,36 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
         max_grad_norm: Some(0.01),
         ..TrainerConfig::default()
     };
-    let step_on = |device: &Device| {
-        let model = load_model(support::fixture("tiny-qwen2-sft"), device).unwrap();
-        let mut trainer = Trainer::new(model, config.clone(), device).unwrap();
+    // One trainer, or data-parallel replicas on the same devices (their gradients summed
+    // through the host).
+    let step_on = |devices: &[DeviceSpec]| {
+        let model = load_model(support::fixture("tiny-qwen2-sft"), &Device::flex()).unwrap();
+        let mut group = DataParallel::new(devices, |device| {
+            Trainer::new(model.clone().to_device(&device), config.clone(), &device)
+        })
+        .unwrap();
         let mut reports = Vec::new();
         for _ in 0..2 {
-            reports.push(trainer.step(&batch(), &Objective::default()).unwrap());
+            reports.push(group.step(&batch(), &Objective::default()).unwrap());
         }
-        (params(trainer.training_model().unwrap()), reports)
+        (params(group.first().training_model().unwrap()), reports)
     };
-    let (on_cpu, cpu_reports) = step_on(&Device::flex());
-    let (on_gpu, gpu_reports) = step_on(&gpu());
-    for (c, g) in cpu_reports.iter().zip(&gpu_reports) {
+    let (on_cpu, cpu_reports) = step_on(&[DeviceSpec::Cpu]);
+    let gpu = DeviceSpec::Vulkan(0);
+    for replicas in [1, 2] {
+        let (on_gpu, gpu_reports) = step_on(&vec![gpu; replicas]);
+        assert_close(&on_cpu, &cpu_reports, &on_gpu, &gpu_reports);
+    }
+}
+
+/// Parameters and gradient norms of the GPU's steps within 1e-4 (relative) of the CPU's.
+fn assert_close(
+    on_cpu: &std::collections::BTreeMap<String, Vec<f32>>,
+    cpu_reports: &[TrainStepReport],
+    on_gpu: &std::collections::BTreeMap<String, Vec<f32>>,
+    gpu_reports: &[TrainStepReport],
+) {
+    for (c, g) in cpu_reports.iter().zip(gpu_reports) {
         let (c, g) = (c.grad_norm, g.grad_norm);
         assert!(c > 0.01, "the clip must act: norm {c}");
         assert!(
@@ -92,7 +111,7 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
         on_gpu.keys().collect::<Vec<_>>()
     );
     let mut moved = 0;
-    for (name, cpu) in &on_cpu {
+    for (name, cpu) in on_cpu {
         let gpu = &on_gpu[name];
         let worst = cpu
             .iter()
