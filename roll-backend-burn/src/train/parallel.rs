@@ -57,7 +57,7 @@ impl Replica for CriticTrainer {
 /// ```no_run
 /// use roll_backend_burn::train::{DataParallel, Trainer, TrainerConfig};
 /// use roll_backend_burn::{Device, DeviceSpec, load_model};
-/// # let batch: roll_core::TrainBatch = unimplemented!();
+/// # let batch = roll_core::TrainBatch::default();
 /// let model = load_model("tiny-qwen2", &Device::flex())?;
 /// let mut group = DataParallel::new(&[DeviceSpec::Cpu, DeviceSpec::Cpu], |device| {
 ///     Trainer::new(model.clone(), TrainerConfig::default(), &device)
