@@ -9,40 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{FIXTURE, first_digit, out_dir};
+use common::{first_digit, out_dir, sums, tiny_rlvr_toml};
 
-fn config(out: &std::path::Path, extra: &str) -> Config {
-    let toml = format!(
-        r#"
-        pipeline = "rlvr"
-        [run]
-        max_steps = 2
-        output_dir = "{out}"
-        [model]
-        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
-        prompt_format = "plain"
-        [rollout]
-        prompts_per_step = 2
-        group_size = 4
-        max_new_tokens = 4
-        max_staleness = 0
-        [train]
-        learning_rate = 1e-3
-        [domains.arithmetic]
-        reward = {{ kind = "first_digit" }}
-        {extra}
-        "#,
-        out = out.display()
-    );
-    ConfigLoader::new().toml_str(&toml).load().expect("config")
-}
-
-fn sums() -> impl Iterator<Item = Prompt> + Send {
-    (0..64).map(|i: u64| {
-        let (a, b) = (10 + i % 37, 20 + (i * 7) % 29);
-        Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
-            .with_ground_truth((a + b).to_string())
-    })
+/// The tiny RLVR run, synchronous (so that both runs see the same rollouts), with a learning
+/// rate that moves the weights visibly in two steps.
+fn config(out: &std::path::Path) -> Config {
+    ConfigLoader::new()
+        .toml_str(&tiny_rlvr_toml(out))
+        .overrides(["rollout.max_staleness=0", "train.learning_rate=1e-3"])
+        .load()
+        .expect("config")
 }
 
 fn build(config: Config) -> RunBuilder {
@@ -54,12 +30,12 @@ fn build(config: Config) -> RunBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_led_across_two_ranks_trains_as_one_process() {
     let alone_out = out_dir("distributed-alone");
-    let mut alone = build(config(&alone_out, "")).build().expect("build");
+    let mut alone = build(config(&alone_out)).build().expect("build");
     let alone_reports = alone.train().await.expect("train").rl;
     let alone_model = alone.actor().model().expect("model");
 
     let led_out = out_dir("distributed-led");
-    let led_config = config(&led_out, "");
+    let led_config = config(&led_out);
     let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
     let leader: Arc<dyn Strategy> = Arc::new(ranks[0].clone());
     let follower: Arc<dyn Strategy> = Arc::new(ranks[1].clone());
@@ -100,7 +76,7 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
 fn what_a_run_across_processes_does_not_take_is_refused_on_every_rank() {
     let out = out_dir("distributed-refused");
     let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
-    let mut two = config(&out, "");
+    let mut two = config(&out);
     two.model.data_parallel = 2;
     let err = build(two.clone())
         .lead(Arc::new(ranks[0].clone()))

@@ -20,7 +20,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 mod common;
-use common::{FIXTURE, first_digit, out_dir};
+use common::{FIXTURE, first_digit, out_dir, tiny_rlvr_toml};
 
 const CHILD: &str = "ROLL_MPI_TEST_RANK";
 
@@ -138,28 +138,10 @@ fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result
 
 fn grpo_run_across_ranks(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
     let out = out_dir("mpi-grpo");
-    let toml = format!(
-        r#"
-        pipeline = "rlvr"
-        [run]
-        max_steps = 2
-        output_dir = "{out}"
-        [model]
-        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
-        prompt_format = "plain"
-        [rollout]
-        prompts_per_step = 2
-        group_size = 4
-        max_new_tokens = 4
-        max_staleness = 0
-        [train]
-        learning_rate = 1e-4
-        [domains.arithmetic]
-        reward = {{ kind = "first_digit" }}
-        "#,
-        out = out.display()
-    );
-    let config = ConfigLoader::new().toml_str(&toml).load()?;
+    let config = ConfigLoader::new()
+        .toml_str(&tiny_rlvr_toml(&out))
+        .overrides(["rollout.max_staleness=0"])
+        .load()?;
     if group.rank() > 0 {
         let steps = follow(&config, group.clone())?;
         println!("rank {}: served {steps} steps", group.rank());

@@ -5,7 +5,7 @@ use roll::core::config::ConfigLoader;
 use roll::prelude::*;
 
 mod common;
-use common::{FIXTURE, first_digit, out_dir};
+use common::{FIXTURE, first_digit, out_dir, sums, tiny_rlvr_toml};
 
 fn load(toml: &str, overrides: &[&str]) -> roll::core::Result<Config> {
     ConfigLoader::new()
@@ -14,41 +14,10 @@ fn load(toml: &str, overrides: &[&str]) -> roll::core::Result<Config> {
         .load()
 }
 
-fn rlvr_toml(out: &std::path::Path) -> String {
-    format!(
-        r#"
-        pipeline = "rlvr"
-        [run]
-        max_steps = 2
-        output_dir = "{out}"
-        [model]
-        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
-        prompt_format = "plain"
-        [rollout]
-        prompts_per_step = 2
-        group_size = 4
-        max_new_tokens = 4
-        [train]
-        learning_rate = 1e-4
-        [domains.arithmetic]
-        reward = {{ kind = "first_digit" }}
-        "#,
-        out = out.display()
-    )
-}
-
-fn sums() -> impl Iterator<Item = Prompt> + Send {
-    (0..64).map(|i: u64| {
-        let (a, b) = (10 + i % 37, 20 + (i * 7) % 29);
-        Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
-            .with_ground_truth((a + b).to_string())
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() {
     let out = out_dir("rlvr");
-    let config = load(&rlvr_toml(&out), &[]).expect("config");
+    let config = load(&tiny_rlvr_toml(&out), &[]).expect("config");
     let mut run = RunBuilder::new(config.clone())
         .reward("first_digit", first_digit)
         .prompts(sums())
@@ -114,7 +83,7 @@ async fn rlvr_trains_a_burn_policy_from_a_config_and_writes_the_run_directory() 
 async fn recomputed_old_logprobs_and_the_train_inference_correction_run() {
     let out = out_dir("correction");
     let config = load(
-        &rlvr_toml(&out),
+        &tiny_rlvr_toml(&out),
         &[
             "run.max_steps=1",
             "train.recompute_old_logprobs=true",
@@ -144,7 +113,7 @@ async fn recomputed_old_logprobs_and_the_train_inference_correction_run() {
 #[test]
 fn an_rlvr_run_without_prompts_or_with_an_unknown_reward_is_refused() {
     let out = out_dir("refused");
-    let config = load(&rlvr_toml(&out), &[]).expect("config");
+    let config = load(&tiny_rlvr_toml(&out), &[]).expect("config");
     let err = RunBuilder::new(config.clone())
         .reward("first_digit", first_digit)
         .build()

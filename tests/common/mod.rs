@@ -42,3 +42,37 @@ pub fn first_digit(s: &Sample) -> f32 {
         !truth.is_empty() && answer.starts_with(&truth[..1]),
     ))
 }
+
+/// A two-step RLVR run of the fixture on `out`: 2 prompts × 4 samples × 4 new tokens, rewarded by
+/// the `first_digit` closure (register it as `first_digit`).
+pub fn tiny_rlvr_toml(out: &std::path::Path) -> String {
+    format!(
+        r#"
+        pipeline = "rlvr"
+        [run]
+        max_steps = 2
+        output_dir = "{out}"
+        [model]
+        source = {{ kind = "hf_dir", path = "{FIXTURE}" }}
+        prompt_format = "plain"
+        [rollout]
+        prompts_per_step = 2
+        group_size = 4
+        max_new_tokens = 4
+        [train]
+        learning_rate = 1e-4
+        [domains.arithmetic]
+        reward = {{ kind = "first_digit" }}
+        "#,
+        out = out.display()
+    )
+}
+
+/// `Q: a+b=? A:` prompts tagged `arithmetic`, with their sums as ground truth.
+pub fn sums() -> impl Iterator<Item = Prompt> + Send {
+    (0..64).map(|i: u64| {
+        let (a, b) = (10 + i % 37, 20 + (i * 7) % 29);
+        Prompt::new(PromptId(i), format!("Q: {a}+{b}=? A:"), "arithmetic")
+            .with_ground_truth((a + b).to_string())
+    })
+}
