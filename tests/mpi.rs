@@ -76,13 +76,14 @@ fn rank_main() -> anyhow::Result<()> {
     let world = MpiWorld::init()?;
     let group: Arc<dyn Strategy> = Arc::new(world.replica(DeviceSpec::Cpu));
     let rank = world.rank();
-    data_parallel_equals_one_trainer(&group)?;
-    println!("rank {rank}: data parallel over MPI equals one trainer");
+    let worst = data_parallel_equals_one_trainer(&group)?;
+    println!("rank {rank}: data parallel over MPI equals one trainer{worst}");
     grpo_run_across_ranks(&group)?;
     Ok(())
 }
 
-fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
+/// Rank 0 says by how much the group's weights differ from one trainer's.
+fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result<String> {
     let device = Device::flex();
     let model = load_model(FIXTURE, &device)?;
     let config = TrainerConfig {
@@ -132,8 +133,11 @@ fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
         anyhow::ensure!(moved > 1e-4, "the steps changed nothing");
+        return Ok(format!(
+            " (max |Δ| {worst:e}, the steps moved weights by up to {moved:e})"
+        ));
     }
-    Ok(())
+    Ok(String::new())
 }
 
 fn grpo_run_across_ranks(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {

@@ -2,8 +2,8 @@
 //!
 //! roll does not ship a distributed runtime of its own: processes are started by the standard
 //! launchers and talk through the system's MPI library (OpenMPI, MPICH, a vendor's). This crate
-//! is the one place that touches it: [`MpiWorld`] initialises MPI once per process and hands out
-//! [`MpiReplica`], roll-core's [`Strategy`](roll_core::Strategy) over `MPI_COMM_WORLD` — the
+//! is the one place that touches it: `MpiWorld` initialises MPI once per process and hands out
+//! `MpiReplica`, roll-core's [`Strategy`](roll_core::Strategy) over `MPI_COMM_WORLD` — the
 //! rank, the world size, the all-reduces that keep data-parallel trainer replicas identical and
 //! the broadcast with which rank 0 hands out each step.
 //!
@@ -20,6 +20,23 @@
 //! Everything is behind the cargo feature `mpi`, which needs the MPI headers and `libclang` at
 //! build time (Debian: `apt-get install openmpi-bin libopenmpi-dev libclang-dev`); without it
 //! the crate is empty and a plain workspace build needs no system library.
+//!
+//! Every rank must make the same collective calls in the same order. MPI is initialised for calls
+//! from any thread one at a time (`MPI_THREAD_SERIALIZED`): a lock in `MpiWorld` serialises
+//! them, but a rank's collectives should still come from the one thread that drives its replica,
+//! or two threads' calls interleave in an order the other ranks do not share.
+//!
+//! Running as root (containers, CI), OpenMPI refuses to start without `--allow-run-as-root` (or
+//! `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1` in the environment); with more
+//! ranks than cores it also needs `--oversubscribe`.
+#![cfg_attr(
+    feature = "mpi",
+    doc = "\n\nStart with [`MpiWorld::init`], then [`MpiWorld::replica`] for this process's [`MpiReplica`]."
+)]
+#![cfg_attr(
+    not(feature = "mpi"),
+    doc = "\n\n**This build has the feature `mpi` off and contains nothing: enable feature `mpi`.**"
+)]
 #![warn(missing_docs)]
 
 #[cfg(feature = "mpi")]
