@@ -15,7 +15,7 @@ use common::{first_digit, out_dir, sums, tiny_rlvr_toml};
 /// rate that moves the weights visibly in two steps.
 fn config(out: &std::path::Path) -> Config {
     ConfigLoader::new()
-        .toml_str(&tiny_rlvr_toml(out))
+        .toml_str(tiny_rlvr_toml(out))
         .overrides(["rollout.max_staleness=0", "train.learning_rate=1e-3"])
         .load()
         .expect("config")

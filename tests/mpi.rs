@@ -143,7 +143,7 @@ fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result
 fn grpo_run_across_ranks(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
     let out = out_dir("mpi-grpo");
     let config = ConfigLoader::new()
-        .toml_str(&tiny_rlvr_toml(&out))
+        .toml_str(tiny_rlvr_toml(&out))
         .overrides(["rollout.max_staleness=0"])
         .load()?;
     if group.rank() > 0 {
