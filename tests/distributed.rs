@@ -1,6 +1,8 @@
 //! A run across ranks, on threads: rank 0 runs the RLVR pipeline and leads the actor's
 //! data-parallel group, rank 1 `follow`s. It trains as the same run in one process (the same
-//! rollouts, so the same steps), and the follower is released when the leader's run ends.
+//! rollouts, so the same steps), the follower is released when the leader's run ends, and a run
+//! stopped after a step resumes from its checkpoint on every rank and ends where the
+//! uninterrupted run does.
 //! (`roll-mpi`'s tests run the same across processes under `mpirun`.)
 
 use roll::core::config::ConfigLoader;
@@ -12,13 +14,36 @@ mod common;
 use common::{first_digit, out_dir, sums, tiny_rlvr_toml};
 
 /// The tiny RLVR run, synchronous (so that both runs see the same rollouts), with a learning
-/// rate that moves the weights visibly in two steps.
-fn config(out: &std::path::Path) -> Config {
+/// rate that moves the weights visibly in two steps, and `extra` overrides.
+fn config(out: &std::path::Path, extra: &[&str]) -> Config {
     ConfigLoader::new()
         .toml_str(tiny_rlvr_toml(out))
         .overrides(["rollout.max_staleness=0", "train.learning_rate=1e-3"])
+        .overrides(extra.iter().copied())
         .load()
         .expect("config")
+}
+
+/// `config` run across two ranks on threads: the leader's step reports and final weights, and
+/// the steps the follower served (it must be released when the leader's run ends).
+async fn led_run(config: Config) -> (Vec<StepReport>, roll::backend::CausalLm, usize) {
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
+    let leader: Arc<dyn Strategy> = Arc::new(ranks[0].clone());
+    let follower: Arc<dyn Strategy> = Arc::new(ranks[1].clone());
+    let (served_tx, served_rx) = std::sync::mpsc::channel();
+    let follower_config = config.clone();
+    std::thread::spawn(move || {
+        let _ = served_tx.send(follow(&follower_config, follower));
+    });
+    let mut led = build(config).lead(leader).build().expect("build");
+    let reports = led.train().await.expect("train").rl;
+    let model = led.actor().model().expect("model");
+    drop(led);
+    let served = served_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the follower was released when the leader's run ended")
+        .expect("the follower served");
+    (reports, model, served)
 }
 
 fn build(config: Config) -> RunBuilder {
@@ -30,28 +55,12 @@ fn build(config: Config) -> RunBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_led_across_two_ranks_trains_as_one_process() {
     let alone_out = out_dir("distributed-alone");
-    let mut alone = build(config(&alone_out)).build().expect("build");
+    let mut alone = build(config(&alone_out, &[])).build().expect("build");
     let alone_reports = alone.train().await.expect("train").rl;
     let alone_model = alone.actor().model().expect("model");
 
     let led_out = out_dir("distributed-led");
-    let led_config = config(&led_out);
-    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
-    let leader: Arc<dyn Strategy> = Arc::new(ranks[0].clone());
-    let follower: Arc<dyn Strategy> = Arc::new(ranks[1].clone());
-    let (served_tx, served_rx) = std::sync::mpsc::channel();
-    let follower_config = led_config.clone();
-    std::thread::spawn(move || {
-        let _ = served_tx.send(follow(&follower_config, follower));
-    });
-    let mut led = build(led_config).lead(leader).build().expect("build");
-    let led_reports = led.train().await.expect("train").rl;
-    let led_model = led.actor().model().expect("model");
-    drop(led);
-    let served = served_rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the follower was released when the leader's run ended")
-        .expect("the follower served");
+    let (led_reports, led_model, served) = led_run(config(&led_out, &[])).await;
     assert_eq!(served, 2);
     assert_eq!(led_reports.len(), alone_reports.len());
     for (a, b) in alone_reports.iter().zip(&led_reports) {
@@ -67,7 +76,22 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
         worst <= 1e-5,
         "the led run differs from one process by {worst}"
     );
-    for dir in [alone_out, led_out] {
+    // Stopped after its first step and resumed: every rank starts from the checkpoint, and the
+    // run ends where the uninterrupted one did.
+    let resumed_out = out_dir("distributed-resumed");
+    let first = config(&resumed_out, &["run.save_every=1", "run.max_steps=1"]);
+    let (_, _, served) = led_run(first).await;
+    assert_eq!(served, 1);
+    let rest = config(&resumed_out, &["run.save_every=1", "run.resume=true"]);
+    let (reports, resumed_model, served) = led_run(rest).await;
+    // The summary covers the whole run; the follower trained only the step that was left.
+    assert_eq!((served, reports.len()), (1, 2));
+    let worst = max_param_diff(&alone_model, &resumed_model);
+    assert!(
+        worst <= 1e-5,
+        "the resumed run differs from the uninterrupted one by {worst}"
+    );
+    for dir in [alone_out, led_out, resumed_out] {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
@@ -76,7 +100,7 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
 fn what_a_run_across_processes_does_not_take_is_refused_on_every_rank() {
     let out = out_dir("distributed-refused");
     let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
-    let mut two = config(&out);
+    let mut two = config(&out, &[]);
     two.model.data_parallel = 2;
     let err = build(two.clone())
         .lead(Arc::new(ranks[0].clone()))
