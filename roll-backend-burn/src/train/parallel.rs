@@ -48,9 +48,9 @@ impl Replica for CriticTrainer {
 /// update. The result is the single-trainer step on the whole batch, to rounding: the loss
 /// denominators are the whole batch's, and the replicas stay bit-for-bit identical.
 ///
-/// On the CPU the replicas share the cores (each one's kernels use the same rayon pool), so this
-/// buys nothing on one socket: it is how several GPUs of one machine train one policy, and the
-/// reference the multi-process strategy (`roll-mpi`) is tested against. A step that fails on one
+/// On the CPU the replicas share the cores (each one's kernels use the same rayon pool): this is
+/// how several GPUs of one machine train one policy, and the reference the multi-process
+/// strategy (`roll-mpi`) is tested against. A step that fails on one
 /// replica fails on all of them, with the failing replica's error; the group then refuses every
 /// further step (resume from a checkpoint).
 ///
