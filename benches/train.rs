@@ -26,8 +26,8 @@ use common::bench_models;
 
 use burn::tensor::{Distribution, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use roll_backend_burn::train::{LoraConfig, TrainKernels, Trainer, TrainerConfig};
-use roll_backend_burn::{CausalLm, Device, ScoringOptions, score};
+use roll_backend_burn::train::{DataParallel, LoraConfig, TrainKernels, Trainer, TrainerConfig};
+use roll_backend_burn::{CausalLm, Device, DeviceSpec, ScoringOptions, score};
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 
@@ -248,6 +248,30 @@ fn bench(c: &mut Criterion) {
         }
         group.finish();
     }
+
+    // Data parallelism in one process: the same step split across 1 or 2 replicas on the CPU
+    // (threads sharing the rayon pool, gradients summed through the replicas' group).
+    let mut group = c.benchmark_group("train_step_16x128_data_parallel");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((SEQS * LEN) as u64));
+    for (name, model, b) in &batches {
+        for replicas in [1, 2] {
+            let config = TrainerConfig {
+                lr: 1e-6,
+                ..TrainerConfig::default()
+            };
+            let mut trainers = DataParallel::new(&vec![DeviceSpec::Cpu; replicas], |device| {
+                Trainer::new((*model).clone(), config.clone(), &device)
+            })
+            .expect("replicas");
+            group.bench_with_input(
+                BenchmarkId::new(format!("replicas_{replicas}"), name),
+                b,
+                |bench, b| bench.iter(|| trainers.step(b, &objective).expect("train step")),
+            );
+        }
+    }
+    group.finish();
 
     let mut group = c.benchmark_group("train_step_mixed");
     group.sample_size(10);
