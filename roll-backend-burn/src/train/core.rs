@@ -442,11 +442,6 @@ impl<M: Module> Core<M> {
         self.group = Some(Group::new(strategy));
     }
 
-    /// The group's strategy, when this trainer is one replica of a group.
-    pub(crate) fn strategy(&self) -> Option<&Arc<dyn Strategy>> {
-        self.group.as_ref().map(Group::strategy)
-    }
-
     /// Runs `step`; if it fails, the other replicas are told (see [`Group::or_abort`]).
     pub(crate) fn or_abort<T>(&self, step: impl FnOnce() -> Result<T>) -> Result<T> {
         match &self.group {

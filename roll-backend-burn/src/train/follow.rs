@@ -8,6 +8,7 @@
 //! and lets every rank cut the batch itself.
 
 use super::core::TrainStepReport;
+use super::group::collective;
 use super::parallel::Replica;
 use crate::{BackendError, Result};
 use roll_core::policy::Objective;
@@ -32,9 +33,7 @@ pub(crate) fn announce(strategy: &dyn Strategy, command: &Command) -> Result<()>
     let mut bytes = serde_json::to_vec(command).map_err(|e| {
         BackendError::InvalidInput(format!("cannot encode the step for the group: {e}"))
     })?;
-    strategy
-        .broadcast(&mut bytes, 0)
-        .map_err(|e| BackendError::Collective(Box::new(e)))
+    strategy.broadcast(&mut bytes, 0).map_err(collective)
 }
 
 /// The shards of `batch`, one per rank of `strategy`'s group (see [`Strategy::partition`]).
@@ -69,39 +68,35 @@ pub fn follow<T: Replica>(
     let mut reports = Vec::new();
     loop {
         let mut bytes = Vec::new();
-        strategy
-            .broadcast(&mut bytes, 0)
-            .map_err(|e| BackendError::Collective(Box::new(e)))?;
-        let command: Command = serde_json::from_slice(&bytes).map_err(|e| {
-            let e = BackendError::InvalidInput(format!("unreadable step from the leader: {e}"));
-            strategy.abort(&e.to_string());
-            e
-        })?;
-        match command {
-            Command::Stop => return Ok(reports),
-            Command::Step {
-                sequences,
-                objective,
-            } => {
-                let rank = strategy.rank();
-                let shard = TrainBatch::new(sequences)
-                    .map_err(|e| e.to_string())
-                    .and_then(|batch| shards(&batch, strategy).map_err(|e| e.to_string()))
-                    .and_then(|all| {
-                        all.into_iter()
-                            .nth(rank)
-                            .ok_or_else(|| format!("no shard for rank {rank}"))
-                    });
-                let shard = match shard {
-                    Ok(shard) => shard,
-                    Err(why) => {
-                        let e = BackendError::InvalidInput(format!("the leader's batch: {why}"));
-                        strategy.abort(&e.to_string());
-                        return Err(e);
-                    }
-                };
-                reports.push(replica.step(&shard, &objective)?);
+        strategy.broadcast(&mut bytes, 0).map_err(collective)?;
+        let (shard, objective) = match my_work(&bytes, strategy) {
+            Ok(Some(work)) => work,
+            Ok(None) => return Ok(reports),
+            Err(e) => {
+                strategy.abort(&e.to_string());
+                return Err(e);
             }
-        }
+        };
+        reports.push(replica.step(&shard, &objective)?);
     }
+}
+
+/// This rank's shard of an announced step and its objective; `None` when the leader stopped.
+fn my_work(bytes: &[u8], strategy: &dyn Strategy) -> Result<Option<(TrainBatch, Objective)>> {
+    let unreadable = |why: String| BackendError::InvalidInput(format!("the leader's step: {why}"));
+    let command: Command = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    let Command::Step {
+        sequences,
+        objective,
+    } = command
+    else {
+        return Ok(None);
+    };
+    let batch = TrainBatch::new(sequences).map_err(|e| unreadable(e.to_string()))?;
+    let rank = strategy.rank();
+    let shard = shards(&batch, strategy)?
+        .into_iter()
+        .nth(rank)
+        .ok_or_else(|| unreadable(format!("no shard for rank {rank}")))?;
+    Ok(Some((shard, objective)))
 }

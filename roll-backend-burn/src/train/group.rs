@@ -32,17 +32,14 @@ impl std::fmt::Debug for Group {
     }
 }
 
-fn collective(e: roll_core::Error) -> BackendError {
+/// A failed collective, as the backend reports it.
+pub(crate) fn collective(e: roll_core::Error) -> BackendError {
     BackendError::Collective(Box::new(e))
 }
 
 impl Group {
     pub(crate) fn new(strategy: Arc<dyn Strategy>) -> Self {
         Self { strategy }
-    }
-
-    pub(crate) fn strategy(&self) -> &Arc<dyn Strategy> {
-        &self.strategy
     }
 
     /// Whether there are other replicas to agree with.

@@ -172,21 +172,19 @@ impl<T: Replica> DataParallel<T> {
         ) {
             return alone.step(batch, objective);
         }
-        let mut shards: Vec<Option<TrainBatch>> =
-            self.shards(batch)?.into_iter().map(Some).collect();
+        // Each local replica takes its rank's shard (ranks are distinct, so nothing is taken
+        // twice); the leader's one replica runs on a thread too, so that a panic tells the group.
+        let mut shards = self.shards(batch)?;
         let mine: Vec<TrainBatch> = self
             .strategies
             .iter()
             .map(|s| {
                 shards
                     .get_mut(s.rank())
-                    .and_then(Option::take)
+                    .map(std::mem::take)
                     .unwrap_or_default()
             })
             .collect();
-        if let [alone] = self.replicas.as_mut_slice() {
-            return alone.step(&mine[0], objective);
-        }
         let results: Vec<Result<TrainStepReport>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .replicas

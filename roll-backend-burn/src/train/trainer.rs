@@ -237,11 +237,6 @@ impl Trainer {
         self
     }
 
-    /// The group this trainer is a replica of, if any.
-    pub fn strategy(&self) -> Option<&Arc<dyn Strategy>> {
-        self.core.strategy()
-    }
-
     /// Forward and backward over every micro-batch of `batch`, gradients summed; the weights are
     /// not changed.
     ///
