@@ -54,5 +54,5 @@ pub use policy::{
 };
 pub use reward::{IntoReward, RewardWorker};
 pub use scheduler::{RolloutBatch, Scheduler};
-pub use strategy::{ReduceOp, Strategy};
+pub use strategy::{Messenger, ReduceOp, Strategy};
 pub use tokenizer::Tokenizer;

@@ -2,12 +2,21 @@
 
 use mpi::Threading;
 use mpi::collective::SystemOperation;
+use mpi::datatype::Equivalence;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator, CommunicatorCollectives, Root};
-use roll_core::strategy::{DeviceSpec, ReduceOp, Strategy};
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
+use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use roll_core::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The tag of roll's point-to-point messages (collectives do not match tags).
+const MESSAGE_TAG: i32 = 7;
+
+/// How long a receiver sleeps between two probes for a message: short against a generation step
+/// (milliseconds), long enough that a waiting rank leaves its core to the compute.
+const PROBE_INTERVAL: Duration = Duration::from_micros(100);
 
 /// This process's membership of the MPI job: MPI initialised (once per process, with calls
 /// from any one thread at a time), the world's size and this process's rank. MPI is finalised
@@ -173,5 +182,63 @@ impl Strategy for MpiReplica {
         );
         let (_call, world) = self.world.call();
         world.abort(1);
+    }
+}
+
+impl MpiReplica {
+    fn peer(&self, rank: usize, what: &str) -> Result<i32> {
+        match i32::try_from(rank) {
+            Ok(r) if rank < self.world.size => Ok(r),
+            _ => Err(Error::InvalidValue {
+                key: what.into(),
+                value: rank.to_string(),
+                allowed: format!("a rank below {}", self.world.size),
+                origin: None,
+            }),
+        }
+    }
+}
+
+/// Messages are `MPI_Send`s with roll's tag, received by probing (`MPI_Improbe`, then
+/// `MPI_Mrecv`) every [`PROBE_INTERVAL`] without holding the lock in between: a rank waiting for
+/// a message neither spins on a core nor keeps its other threads from MPI.
+impl Messenger for MpiReplica {
+    fn send(&self, to: usize, bytes: Vec<u8>) -> Result<()> {
+        let to = self.peer(to, "message receiver")?;
+        if i32::try_from(bytes.len()).is_err() {
+            return Err(strategy_error(format!(
+                "a message of {} bytes: MPI counts are 32-bit, send it in parts below 2 GiB",
+                bytes.len()
+            )));
+        }
+        let (_call, world) = self.world.call();
+        world
+            .process_at_rank(to)
+            .send_with_tag(&bytes[..], MESSAGE_TAG);
+        Ok(())
+    }
+
+    fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        let from = self.peer(from, "message sender")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let (_call, world) = self.world.call();
+                if let Some((message, status)) = world
+                    .process_at_rank(from)
+                    .immediate_matched_probe_with_tag(MESSAGE_TAG)
+                {
+                    let len = usize::try_from(status.count(u8::equivalent_datatype()))
+                        .map_err(|_| strategy_error("a message of negative length".into()))?;
+                    let mut bytes = vec![0u8; len];
+                    message.matched_receive_into(&mut bytes[..]);
+                    return Ok(Some(bytes));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+        }
     }
 }

@@ -4,9 +4,11 @@
 //! This is what data parallelism is on a device without collectives of its own (Burn's CPU
 //! backend implements none), and what tests use to check that N replicas train exactly like one.
 
-use super::{DeviceSpec, ReduceOp, Strategy};
+use super::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use crate::{Error, Result};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A group of in-process replicas; [`LocalGroup::replicas`] hands out one [`LocalReplica`] per
 /// device, each to be driven by its own thread.
@@ -39,6 +41,9 @@ pub struct LocalGroup {
     devices: Vec<DeviceSpec>,
     round: Mutex<Round>,
     done: Condvar,
+    /// Point-to-point messages in flight, by (sender, receiver), oldest first.
+    mail: Mutex<BTreeMap<(usize, usize), VecDeque<Vec<u8>>>>,
+    posted: Condvar,
 }
 
 /// A collective, as every replica must call it.
@@ -101,6 +106,8 @@ impl LocalGroup {
                 ..Round::default()
             }),
             done: Condvar::new(),
+            mail: Mutex::new(BTreeMap::new()),
+            posted: Condvar::new(),
         });
         Ok((0..world)
             .map(|rank| LocalReplica {
@@ -118,6 +125,23 @@ impl LocalGroup {
     /// (every update is completed before anything that can panic), so poisoning is ignored.
     fn lock(&self) -> MutexGuard<'_, Round> {
         self.round.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The failure that ended the group, if one did.
+    fn failed(&self) -> Option<Error> {
+        self.lock().failed.as_ref().map(|f| self.failure(f))
+    }
+
+    fn check_rank(&self, rank: usize, what: &str) -> Result<()> {
+        if rank < self.world_size() {
+            return Ok(());
+        }
+        Err(Error::InvalidValue {
+            key: what.into(),
+            value: rank.to_string(),
+            allowed: format!("a rank below {}", self.world_size()),
+            origin: None,
+        })
     }
 
     fn failure(&self, (rank, reason): &(usize, String)) -> Error {
@@ -222,18 +246,6 @@ impl LocalReplica {
             .clone()
             .ok_or_else(|| Error::Strategy("a collective completed without a result".into()))
     }
-
-    fn check_root(&self, root: usize) -> Result<()> {
-        if root < self.world_size() {
-            return Ok(());
-        }
-        Err(Error::InvalidValue {
-            key: "broadcast root".into(),
-            value: root.to_string(),
-            allowed: format!("a rank below {}", self.world_size()),
-            origin: None,
-        })
-    }
 }
 
 impl Strategy for LocalReplica {
@@ -269,7 +281,7 @@ impl Strategy for LocalReplica {
     }
 
     fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
-        self.check_root(root)?;
+        self.group.check_rank(root, "broadcast root")?;
         let call = Call::Broadcast { root };
         let mine = if self.rank == root {
             std::mem::take(bytes)
@@ -288,6 +300,52 @@ impl Strategy for LocalReplica {
             round.failed = Some((self.rank, reason.to_string()));
         }
         self.group.done.notify_all();
+        drop(round);
+        // A receiver waiting for mail learns of the failure too.
+        let _mail = self.group.mail.lock();
+        self.group.posted.notify_all();
+    }
+}
+
+impl Messenger for LocalReplica {
+    fn send(&self, to: usize, bytes: Vec<u8>) -> Result<()> {
+        let group = &self.group;
+        group.check_rank(to, "message receiver")?;
+        if let Some(failed) = group.failed() {
+            return Err(failed);
+        }
+        let mut mail = group.mail.lock().unwrap_or_else(|e| e.into_inner());
+        mail.entry((self.rank, to)).or_default().push_back(bytes);
+        group.posted.notify_all();
+        Ok(())
+    }
+
+    fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        let group = &self.group;
+        group.check_rank(from, "message sender")?;
+        let deadline = Instant::now() + timeout;
+        let mut mail = group.mail.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(bytes) = mail
+                .get_mut(&(from, self.rank))
+                .and_then(VecDeque::pop_front)
+            {
+                return Ok(Some(bytes));
+            }
+            // Lock order: mail, then round (`abort` never holds both).
+            if let Some(failed) = group.failed() {
+                return Err(failed);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            mail = group
+                .posted
+                .wait_timeout(mail, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 }
 
@@ -412,6 +470,64 @@ mod tests {
         for got in out {
             assert_eq!(got, vec![vec![2, 2, 2], vec![0]]);
         }
+    }
+
+    #[test]
+    fn messages_arrive_in_order_per_sender_and_only_to_their_receiver() {
+        let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).unwrap();
+        let wait = Duration::from_secs(5);
+        let out = on_each(&ranks, |r| match r.rank() {
+            0 => {
+                for i in 0..3u8 {
+                    r.send(2, vec![i]).unwrap();
+                }
+                vec![]
+            }
+            1 => {
+                r.send(2, vec![10]).unwrap();
+                // Rank 2 answers only rank 1's message.
+                vec![r.receive(2, wait).unwrap().unwrap()]
+            }
+            _ => {
+                let from_0: Vec<Vec<u8>> = (0..3)
+                    .map(|_| r.receive(0, wait).unwrap().unwrap())
+                    .collect();
+                let from_1 = r.receive(1, wait).unwrap().unwrap();
+                r.send(1, vec![from_1[0] + 1]).unwrap();
+                assert_eq!(r.receive(0, Duration::ZERO).unwrap(), None);
+                from_0
+            }
+        });
+        assert_eq!(out[1], vec![vec![11]]);
+        assert_eq!(out[2], vec![vec![0], vec![1], vec![2]]);
+        assert!(ranks[0].send(3, vec![]).is_err());
+        assert!(ranks[0].receive(7, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_receiver_waiting_for_a_failed_rank_gets_its_failure_not_a_hang() {
+        let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
+        let out = on_each(&ranks, |r| {
+            if r.rank() == 1 {
+                std::thread::sleep(Duration::from_millis(20));
+                r.abort("rank 1 (rollout): engine stopped");
+                return None;
+            }
+            Some(
+                r.receive(1, Duration::from_secs(60))
+                    .unwrap_err()
+                    .to_string(),
+            )
+        });
+        let err = out[0].as_deref().unwrap();
+        assert!(
+            err.contains("replica 1 of 2") && err.contains("rollout"),
+            "{err}"
+        );
+        assert!(
+            ranks[1].send(0, vec![1]).is_err(),
+            "a failed job sends nothing"
+        );
     }
 
     #[test]

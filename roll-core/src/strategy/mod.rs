@@ -1,8 +1,10 @@
 //! The [`Strategy`] trait: how a role is placed on devices and how its work is split.
 
 mod local;
+mod messenger;
 
 pub use local::{LocalGroup, LocalReplica};
+pub use messenger::Messenger;
 
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};

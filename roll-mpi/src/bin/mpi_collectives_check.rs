@@ -1,10 +1,11 @@
 //! Run under `mpirun -np N`: every collective of [`roll_mpi::MpiReplica`] against values worked
-//! out by hand. Prints `rank R of N: collectives ok` and exits 0, or says what differed and
-//! exits 1.
+//! out by hand, and its point-to-point messages. Prints `rank R of N: collectives ok, messages
+//! ok` and exits 0, or says what differed and exits 1.
 
-use roll_core::strategy::{DeviceSpec, ReduceOp, Strategy};
+use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use roll_mpi::MpiWorld;
 use std::process::ExitCode;
+use std::time::Duration;
 
 fn main() -> ExitCode {
     match check() {
@@ -54,9 +55,58 @@ fn check() -> Result<String, String> {
     if me.broadcast(&mut bytes, me.world_size()).is_ok() {
         return Err("a broadcast from a rank outside the job was accepted".into());
     }
+    messages(&me)?;
     Ok(format!(
-        "rank {} of {}: collectives ok",
+        "rank {} of {}: collectives ok, messages ok",
         me.rank(),
         me.world_size()
     ))
+}
+
+/// Rank 0 sends every other rank three messages, the last of 16 MiB (past every transport's
+/// eager limit, so the send waits for the receiver); each answers with what it received.
+fn messages(me: &roll_mpi::MpiReplica) -> Result<(), String> {
+    let err = |e: roll_core::Error| e.to_string();
+    let wait = Duration::from_secs(60);
+    let big = |rank: usize| -> Vec<u8> { (0..16 << 20).map(|i| (i % 251 + rank) as u8).collect() };
+    if me.rank() == 0 {
+        for peer in 1..me.world_size() {
+            for bytes in [b"one".to_vec(), Vec::new(), big(peer)] {
+                me.send(peer, bytes).map_err(err)?;
+            }
+        }
+        for peer in 1..me.world_size() {
+            let reply = me.receive(peer, wait).map_err(err)?;
+            let want = format!("rank {peer}: one, 0 bytes, {} bytes intact", 16 << 20);
+            if reply.as_deref() != Some(want.as_bytes()) {
+                return Err(format!("rank 0: rank {peer} replied {reply:?}"));
+            }
+        }
+    } else {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(
+                me.receive(0, wait)
+                    .map_err(err)?
+                    .ok_or("no message in 60 s")?,
+            );
+        }
+        let intact = got[2] == big(me.rank());
+        let reply = format!(
+            "rank {}: {}, {} bytes, {} bytes {}",
+            me.rank(),
+            String::from_utf8_lossy(&got[0]),
+            got[1].len(),
+            got[2].len(),
+            if intact { "intact" } else { "changed" }
+        );
+        me.send(0, reply.into_bytes()).map_err(err)?;
+    }
+    if me.receive(0, Duration::ZERO).map_err(err)?.is_some() {
+        return Err(format!("rank {}: a message nobody sent", me.rank()));
+    }
+    if me.send(me.world_size(), Vec::new()).is_ok() {
+        return Err("a message to a rank outside the job was accepted".into());
+    }
+    Ok(())
 }

@@ -1,0 +1,42 @@
+//! The [`Messenger`] trait: point-to-point messages between the ranks of a job.
+
+use super::Strategy;
+use crate::Result;
+use std::time::Duration;
+
+/// A [`Strategy`] whose ranks can also send each other messages, one rank to one rank: how the
+/// controller on rank 0 drives the ranks that only generate (disaggregated rollout,
+/// `roll_backend_burn::remote`).
+///
+/// Messages from one rank to another arrive whole and in the order they were sent. A send may
+/// wait until the receiver takes the message (MPI's `MPI_Send` does for large messages), so a
+/// protocol over a messenger must never have two ranks send to each other at the same time and
+/// receive only afterwards: roll's protocols are request and reply — one side sends, the other
+/// receives, then the other way round.
+///
+/// ```
+/// use roll_core::strategy::{DeviceSpec, LocalGroup, Messenger};
+/// use std::time::Duration;
+///
+/// let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
+/// ranks[0].send(1, b"hello".to_vec()).unwrap();
+/// let got = ranks[1].receive(0, Duration::from_secs(1)).unwrap();
+/// assert_eq!(got.as_deref(), Some(&b"hello"[..]));
+/// assert_eq!(ranks[1].receive(0, Duration::ZERO).unwrap(), None); // nothing more
+/// ```
+pub trait Messenger: Strategy {
+    /// Sends `bytes` to rank `to`.
+    ///
+    /// # Errors
+    /// A rank that is not in the job, a message too large for the transport, or a failed job
+    /// ([`Error::ReplicaFailed`](crate::Error::ReplicaFailed)).
+    fn send(&self, to: usize, bytes: Vec<u8>) -> Result<()>;
+
+    /// The next message from rank `from`, waiting at most `timeout` for one; `None` when none
+    /// came in time.
+    ///
+    /// # Errors
+    /// A rank that is not in the job, or a failed job
+    /// ([`Error::ReplicaFailed`](crate::Error::ReplicaFailed)).
+    fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>>;
+}
