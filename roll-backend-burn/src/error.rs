@@ -190,6 +190,16 @@ pub enum BackendError {
     #[error("inference engine: {0}")]
     Engine(String),
 
+    /// A rank that generates for this process (disaggregated rollout, [`crate::remote`]) failed
+    /// a request, broke the protocol, or could not be reached.
+    #[error("rollout rank {rank}: {reason}")]
+    RolloutRank {
+        /// The rollout rank, in the job.
+        rank: usize,
+        /// What happened.
+        reason: String,
+    },
+
     /// A decoder was asked to run a model it does not implement (e.g. the CPU decoder and a
     /// mixture-of-experts model).
     #[error("not supported by this decoder: {what}")]

@@ -63,6 +63,7 @@ pub mod gpu;
 pub mod hf;
 pub mod models;
 pub mod policy;
+pub mod remote;
 mod scoring;
 mod tokenizer;
 pub mod train;

@@ -727,7 +727,7 @@ impl Score for BurnFrozen {
 }
 
 /// Runs `f` on tokio's blocking pool when inside a runtime, inline otherwise.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> roll_core::Result<T> {
     match tokio::runtime::Handle::try_current() {

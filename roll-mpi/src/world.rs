@@ -203,7 +203,7 @@ impl MpiReplica {
 /// `MPI_Mrecv`) every [`PROBE_INTERVAL`] without holding the lock in between: a rank waiting for
 /// a message neither spins on a core nor keeps its other threads from MPI.
 impl Messenger for MpiReplica {
-    fn send(&self, to: usize, bytes: Vec<u8>) -> Result<()> {
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let to = self.peer(to, "message receiver")?;
         if i32::try_from(bytes.len()).is_err() {
             return Err(strategy_error(format!(
@@ -212,9 +212,7 @@ impl Messenger for MpiReplica {
             )));
         }
         let (_call, world) = self.world.call();
-        world
-            .process_at_rank(to)
-            .send_with_tag(&bytes[..], MESSAGE_TAG);
+        world.process_at_rank(to).send_with_tag(bytes, MESSAGE_TAG);
         Ok(())
     }
 

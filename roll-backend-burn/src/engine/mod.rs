@@ -48,7 +48,7 @@ pub mod prefix;
 mod request;
 pub mod sampler;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 pub use backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 pub use burn_decoder::BurnDecoder;

@@ -6,6 +6,7 @@ use roll_core::policy::Generation;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::error::TryRecvError;
 
 /// What the engine reports about a request, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +66,22 @@ impl RequestHandle {
             }
         }
         Err(engine_gone())
+    }
+
+    /// The end of the request if it has come, without waiting: `None` while it runs.
+    /// Consumes the events that arrived so far (do not mix with [`RequestHandle::next_event`]).
+    pub fn try_finish(&mut self) -> Option<Result<Generation>> {
+        loop {
+            match self.events.try_recv() {
+                Ok(event) => {
+                    if let Some(done) = final_result(event) {
+                        return Some(done);
+                    }
+                }
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => return Some(Err(engine_gone())),
+            }
+        }
     }
 
     /// Blocking version of [`RequestHandle::finish`] for code outside an async runtime.

@@ -308,14 +308,16 @@ impl Strategy for LocalReplica {
 }
 
 impl Messenger for LocalReplica {
-    fn send(&self, to: usize, bytes: Vec<u8>) -> Result<()> {
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let group = &self.group;
         group.check_rank(to, "message receiver")?;
         if let Some(failed) = group.failed() {
             return Err(failed);
         }
         let mut mail = group.mail.lock().unwrap_or_else(|e| e.into_inner());
-        mail.entry((self.rank, to)).or_default().push_back(bytes);
+        mail.entry((self.rank, to))
+            .or_default()
+            .push_back(bytes.to_vec());
         group.posted.notify_all();
         Ok(())
     }
@@ -479,12 +481,12 @@ mod tests {
         let out = on_each(&ranks, |r| match r.rank() {
             0 => {
                 for i in 0..3u8 {
-                    r.send(2, vec![i]).unwrap();
+                    r.send(2, &[i]).unwrap();
                 }
                 vec![]
             }
             1 => {
-                r.send(2, vec![10]).unwrap();
+                r.send(2, &[10]).unwrap();
                 // Rank 2 answers only rank 1's message.
                 vec![r.receive(2, wait).unwrap().unwrap()]
             }
@@ -493,14 +495,14 @@ mod tests {
                     .map(|_| r.receive(0, wait).unwrap().unwrap())
                     .collect();
                 let from_1 = r.receive(1, wait).unwrap().unwrap();
-                r.send(1, vec![from_1[0] + 1]).unwrap();
+                r.send(1, &[from_1[0] + 1]).unwrap();
                 assert_eq!(r.receive(0, Duration::ZERO).unwrap(), None);
                 from_0
             }
         });
         assert_eq!(out[1], vec![vec![11]]);
         assert_eq!(out[2], vec![vec![0], vec![1], vec![2]]);
-        assert!(ranks[0].send(3, vec![]).is_err());
+        assert!(ranks[0].send(3, &[]).is_err());
         assert!(ranks[0].receive(7, Duration::ZERO).is_err());
     }
 
@@ -525,7 +527,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            ranks[1].send(0, vec![1]).is_err(),
+            ranks[1].send(0, &[1]).is_err(),
             "a failed job sends nothing"
         );
     }

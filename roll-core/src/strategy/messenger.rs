@@ -19,7 +19,7 @@ use std::time::Duration;
 /// use std::time::Duration;
 ///
 /// let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
-/// ranks[0].send(1, b"hello".to_vec()).unwrap();
+/// ranks[0].send(1, b"hello").unwrap();
 /// let got = ranks[1].receive(0, Duration::from_secs(1)).unwrap();
 /// assert_eq!(got.as_deref(), Some(&b"hello"[..]));
 /// assert_eq!(ranks[1].receive(0, Duration::ZERO).unwrap(), None); // nothing more
@@ -30,7 +30,7 @@ pub trait Messenger: Strategy {
     /// # Errors
     /// A rank that is not in the job, a message too large for the transport, or a failed job
     /// ([`Error::ReplicaFailed`](crate::Error::ReplicaFailed)).
-    fn send(&self, to: usize, bytes: Vec<u8>) -> Result<()>;
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()>;
 
     /// The next message from rank `from`, waiting at most `timeout` for one; `None` when none
     /// came in time.

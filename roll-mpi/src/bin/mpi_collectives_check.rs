@@ -72,7 +72,7 @@ fn messages(me: &roll_mpi::MpiReplica) -> Result<(), String> {
     if me.rank() == 0 {
         for peer in 1..me.world_size() {
             for bytes in [b"one".to_vec(), Vec::new(), big(peer)] {
-                me.send(peer, bytes).map_err(err)?;
+                me.send(peer, &bytes).map_err(err)?;
             }
         }
         for peer in 1..me.world_size() {
@@ -100,12 +100,12 @@ fn messages(me: &roll_mpi::MpiReplica) -> Result<(), String> {
             got[2].len(),
             if intact { "intact" } else { "changed" }
         );
-        me.send(0, reply.into_bytes()).map_err(err)?;
+        me.send(0, reply.as_bytes()).map_err(err)?;
     }
     if me.receive(0, Duration::ZERO).map_err(err)?.is_some() {
         return Err(format!("rank {}: a message nobody sent", me.rank()));
     }
-    if me.send(me.world_size(), Vec::new()).is_ok() {
+    if me.send(me.world_size(), &[]).is_ok() {
         return Err("a message to a rank outside the job was accepted".into());
     }
     Ok(())

@@ -1,0 +1,436 @@
+//! [`RemoteRollout`]: the controller's side of disaggregated rollout.
+
+use super::BUCKET_FLOATS;
+use super::weights;
+use super::wire::{Report, Submit, ToRollout, decode, encode, floats_to_bytes};
+use crate::{BackendError, CausalLm, Result};
+use async_trait::async_trait;
+use roll_core::policy::{Generate, Generation, GenerationRequest};
+use roll_core::strategy::Messenger;
+use roll_core::{AbortSignal, WeightVersion};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How often the controller asks a rank with running requests what finished: short against a
+/// decode step, long enough that polling costs nothing measurable.
+const POLL: Duration = Duration::from_micros(500);
+
+/// How long an answer may take. Rounds are answered at once; a weight sync after the rank's
+/// engine has converted the weights, which for a large model takes a while.
+const ANSWER_WAIT: Duration = Duration::from_secs(600);
+
+/// Generation on rollout ranks: a [`Generate`] whose requests run on other ranks of the job
+/// (each [`RolloutServer::serve`](super::RolloutServer::serve)), each on the rank with the
+/// fewest of this controller's requests running. A request's [`AbortSignal`] reaches its rank
+/// in the next round. A request the rank's engine refuses fails alone; a rank that cannot be
+/// reached fails every request (and the run) with an error naming it.
+///
+/// One thread per controller drives every exchange (see the protocol in the
+/// [module docs](super)). Dropping the last clone stops the rollout ranks.
+#[derive(Clone)]
+pub struct RemoteRollout {
+    link: Arc<Link>,
+}
+
+impl std::fmt::Debug for RemoteRollout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteRollout")
+            .field("ranks", &self.link.shared.ranks)
+            .field("weight_version", &self.weight_version())
+            .finish()
+    }
+}
+
+/// Stops the driver when the last [`RemoteRollout`] goes.
+struct Link {
+    shared: Arc<Shared>,
+    driver: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    /// The rollout ranks, in the job.
+    ranks: Vec<usize>,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    /// Requests not yet sent.
+    queued: Vec<Queued>,
+    in_flight: BTreeMap<u64, InFlight>,
+    weights: Option<WeightsJob>,
+    /// The weight version each rank serves (by index in `ranks`).
+    versions: Vec<u64>,
+    /// The failure that ended the link: every later call gets it.
+    failed: Option<(usize, String)>,
+    stopping: bool,
+}
+
+type Reply = oneshot::Sender<Result<Generation>>;
+
+struct Queued {
+    id: u64,
+    request: GenerationRequest,
+    reply: Reply,
+}
+
+struct InFlight {
+    /// Index in `ranks`.
+    rank: usize,
+    abort: AbortSignal,
+    abort_sent: bool,
+    reply: Reply,
+}
+
+struct WeightsJob {
+    version: u64,
+    values: Vec<f32>,
+    done: mpsc::Sender<Result<()>>,
+}
+
+/// What one pass of the driver sends.
+struct Work {
+    /// Per rank: requests to start and ids to abort.
+    rounds: Vec<(Vec<Submit>, Vec<u64>)>,
+    /// Per rank: whether it has requests running.
+    busy: Vec<bool>,
+    weights: Option<WeightsJob>,
+    stop: bool,
+}
+
+fn failure((rank, reason): &(usize, String)) -> BackendError {
+    BackendError::RolloutRank {
+        rank: *rank,
+        reason: reason.clone(),
+    }
+}
+
+impl RemoteRollout {
+    /// Connects to the rollout `ranks` of `link` (each running
+    /// [`RolloutServer::serve`](super::RolloutServer::serve) with this rank as its
+    /// controller) and starts their engines on `model`'s weights as `version`. Blocks until
+    /// every rank serves them; call it outside an async runtime, or on a blocking thread.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for no ranks, or this rank among them; a rank that fails
+    /// to start ([`BackendError::RolloutRank`]).
+    pub fn connect(
+        link: Arc<dyn Messenger>,
+        ranks: Vec<usize>,
+        model: &CausalLm,
+        version: WeightVersion,
+    ) -> Result<Self> {
+        if ranks.is_empty() || ranks.contains(&link.rank()) {
+            return Err(BackendError::InvalidInput(format!(
+                "rollout ranks {ranks:?}: give at least one, other than this rank ({})",
+                link.rank()
+            )));
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                versions: vec![0; ranks.len()],
+                ..State::default()
+            }),
+            ranks,
+            wake: Condvar::new(),
+        });
+        let driver = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("roll-rollout-link".into())
+                .spawn(move || {
+                    if let Err(e) = drive(&shared, link.as_ref()) {
+                        shared.fail(e);
+                    }
+                })
+                .map_err(|e| BackendError::Engine(format!("cannot start the rollout link: {e}")))?
+        };
+        let this = Self {
+            link: Arc::new(Link {
+                shared,
+                driver: Some(driver),
+            }),
+        };
+        this.sync(model, version)?;
+        Ok(this)
+    }
+
+    /// The rollout ranks.
+    pub fn ranks(&self) -> &[usize] {
+        &self.link.shared.ranks
+    }
+
+    /// Sends `model`'s weights to every rollout rank, to serve as `version` (the trainer's
+    /// weight version after the step that made them); returns once every rank serves them.
+    /// Requests running there continue as the engine's in-flight policy says. Blocking: call it
+    /// outside an async runtime, or on a blocking thread.
+    ///
+    /// # Errors
+    /// A parameter that cannot be read, a broken link, or a rank that does not end up serving
+    /// `version` ([`BackendError::RolloutRank`]).
+    pub fn sync(&self, model: &CausalLm, version: WeightVersion) -> Result<()> {
+        let values = weights::flatten(model)?;
+        let (done, answer) = mpsc::channel();
+        {
+            let shared = &self.link.shared;
+            let mut state = shared.lock();
+            if let Some(failed) = &state.failed {
+                return Err(failure(failed));
+            }
+            state.weights = Some(WeightsJob {
+                version: version.0,
+                values,
+                done,
+            });
+            shared.wake.notify_all();
+        }
+        answer.recv().map_err(|_| BackendError::RolloutRank {
+            rank: self.link.shared.ranks[0],
+            reason: "the rollout link stopped during a weight sync".into(),
+        })?
+    }
+
+    fn submit(&self, request: GenerationRequest) -> Result<oneshot::Receiver<Result<Generation>>> {
+        let shared = &self.link.shared;
+        let mut state = shared.lock();
+        if let Some(failed) = &state.failed {
+            return Err(failure(failed));
+        }
+        let (reply, answer) = oneshot::channel();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.queued.push(Queued { id, request, reply });
+        shared.wake.notify_all();
+        Ok(answer)
+    }
+}
+
+#[async_trait]
+impl Generate for RemoteRollout {
+    async fn generate(&self, request: GenerationRequest) -> roll_core::Result<Generation> {
+        let answer = self.submit(request)?;
+        let outcome = answer.await.map_err(|_| BackendError::RolloutRank {
+            rank: self.link.shared.ranks[0],
+            reason: "the rollout link stopped before the request finished".into(),
+        })?;
+        Ok(outcome?)
+    }
+
+    /// The version every rollout rank serves (the oldest, while a sync is under way).
+    fn weight_version(&self) -> WeightVersion {
+        let state = self.link.shared.lock();
+        WeightVersion(state.versions.iter().copied().min().unwrap_or(0))
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        {
+            let mut state = self.shared.lock();
+            state.stopping = true;
+            self.shared.wake.notify_all();
+        }
+        if let Some(driver) = self.driver.take() {
+            let _ = driver.join();
+        }
+    }
+}
+
+impl Shared {
+    /// The state; every update completes before anything that can panic, so a poisoned lock
+    /// holds consistent state.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for something to send (or, with requests running, at most [`POLL`]) and takes it.
+    fn next_work(&self) -> Work {
+        let mut state = self.lock();
+        while !state.stopping && state.weights.is_none() && state.queued.is_empty() {
+            if state.in_flight.is_empty() {
+                state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+            } else {
+                state = self
+                    .wake
+                    .wait_timeout(state, POLL)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                break;
+            }
+        }
+        let n = self.ranks.len();
+        let mut load = vec![0usize; n];
+        for f in state.in_flight.values() {
+            load[f.rank] += 1;
+        }
+        let mut rounds = vec![(Vec::new(), Vec::new()); n];
+        for q in std::mem::take(&mut state.queued) {
+            let rank = (0..n).min_by_key(|&r| (load[r], r)).unwrap_or(0);
+            load[rank] += 1;
+            rounds[rank].0.push(Submit {
+                id: q.id,
+                prompt_ids: q.request.prompt_ids,
+                params: q.request.params,
+            });
+            state.in_flight.insert(
+                q.id,
+                InFlight {
+                    rank,
+                    abort: q.request.abort,
+                    abort_sent: false,
+                    reply: q.reply,
+                },
+            );
+        }
+        for (&id, f) in &mut state.in_flight {
+            if !f.abort_sent && f.abort.is_aborted() {
+                f.abort_sent = true;
+                rounds[f.rank].1.push(id);
+            }
+        }
+        Work {
+            rounds,
+            busy: load.iter().map(|&l| l > 0).collect(),
+            weights: state.weights.take(),
+            stop: state.stopping,
+        }
+    }
+
+    /// Hands the finished requests of `report` (from the rank at `index`) to their callers.
+    fn deliver(&self, index: usize, report: Report) -> Result<()> {
+        let rank = self.ranks[index];
+        let mut state = self.lock();
+        state.versions[index] = report.version;
+        for done in report.finished {
+            let Some(f) = state.in_flight.remove(&done.id) else {
+                return Err(BackendError::RolloutRank {
+                    rank,
+                    reason: format!("finished request {} that it was not running", done.id),
+                });
+            };
+            let outcome = done
+                .outcome
+                .map(Generation::from)
+                .map_err(|reason| BackendError::RolloutRank { rank, reason });
+            // A caller that stopped waiting (its future dropped) does not need the answer.
+            let _ = f.reply.send(outcome);
+        }
+        Ok(())
+    }
+
+    /// The rank an error names (the first rank when it names none) and what it says.
+    fn parts(&self, error: BackendError) -> (usize, String) {
+        match error {
+            BackendError::RolloutRank { rank, reason } => (rank, reason),
+            other => (self.ranks[0], other.to_string()),
+        }
+    }
+
+    /// Ends the link on `error`: every waiting caller gets it, and so does every later call.
+    fn fail(&self, error: BackendError) {
+        let failed = self.parts(error);
+        let mut state = self.lock();
+        for (_, f) in std::mem::take(&mut state.in_flight) {
+            let _ = f.reply.send(Err(failure(&failed)));
+        }
+        for q in std::mem::take(&mut state.queued) {
+            let _ = q.reply.send(Err(failure(&failed)));
+        }
+        if let Some(job) = state.weights.take() {
+            let _ = job.done.send(Err(failure(&failed)));
+        }
+        state.failed = Some(failed);
+    }
+}
+
+/// The driver thread: one exchange at a time with each rank that has something to do.
+fn drive(shared: &Shared, link: &dyn Messenger) -> Result<()> {
+    loop {
+        let work = shared.next_work();
+        if let Some(job) = work.weights {
+            if let Err(e) = push_weights(shared, link, job.version, &job.values) {
+                let failed = shared.parts(e);
+                let _ = job.done.send(Err(failure(&failed)));
+                return Err(failure(&failed));
+            }
+            let _ = job.done.send(Ok(()));
+        }
+        for (index, (submit, abort)) in work.rounds.into_iter().enumerate() {
+            if submit.is_empty() && abort.is_empty() && !work.busy[index] {
+                continue;
+            }
+            let report = exchange(
+                link,
+                shared.ranks[index],
+                &ToRollout::Round { submit, abort },
+            )?;
+            shared.deliver(index, report)?;
+        }
+        if work.stop {
+            for (index, &rank) in shared.ranks.iter().enumerate() {
+                let report = exchange(link, rank, &ToRollout::Stop)?;
+                shared.deliver(index, report)?;
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// Sends `values` to every rank, header then buckets, and waits for each to serve `version`.
+fn push_weights(shared: &Shared, link: &dyn Messenger, version: u64, values: &[f32]) -> Result<()> {
+    let buckets: Vec<Vec<u8>> = values.chunks(BUCKET_FLOATS).map(floats_to_bytes).collect();
+    let header = encode(&ToRollout::Weights {
+        version,
+        floats: values.len() as u64,
+        buckets: u32::try_from(buckets.len()).unwrap_or(u32::MAX),
+    })?;
+    for (index, &rank) in shared.ranks.iter().enumerate() {
+        let unreachable = |e: roll_core::Error| BackendError::RolloutRank {
+            rank,
+            reason: e.to_string(),
+        };
+        link.send(rank, &header).map_err(unreachable)?;
+        for bucket in &buckets {
+            link.send(rank, bucket).map_err(unreachable)?;
+        }
+        let report = answer(link, rank)?;
+        let served = report.version;
+        shared.deliver(index, report)?;
+        if served != version {
+            return Err(BackendError::RolloutRank {
+                rank,
+                reason: format!("serves weight version {served} after a sync to {version}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Sends `message` to `rank` and returns its answer.
+fn exchange(link: &dyn Messenger, rank: usize, message: &ToRollout) -> Result<Report> {
+    link.send(rank, &encode(message)?)
+        .map_err(|e| BackendError::RolloutRank {
+            rank,
+            reason: e.to_string(),
+        })?;
+    answer(link, rank)
+}
+
+fn answer(link: &dyn Messenger, rank: usize) -> Result<Report> {
+    let bytes = link
+        .receive(rank, ANSWER_WAIT)
+        .map_err(|e| BackendError::RolloutRank {
+            rank,
+            reason: e.to_string(),
+        })?
+        .ok_or_else(|| BackendError::RolloutRank {
+            rank,
+            reason: format!("no answer in {} s", ANSWER_WAIT.as_secs()),
+        })?;
+    decode(&bytes, rank)
+}
