@@ -44,7 +44,7 @@ pub fn init_logging() -> bool {
 pub use roll_core as core;
 pub use roll_env as env;
 /// Runs across processes on MPI (feature `mpi`): [`roll_mpi::MpiWorld`], whose replicas are the
-/// [`Strategy`](roll_core::Strategy) of [`run::RunBuilder::lead`] and [`run::follow`].
+/// [`Messenger`](roll_core::Messenger) of [`run::RunBuilder::lead`] and [`run::follow`].
 #[cfg(feature = "mpi")]
 pub use roll_mpi as mpi;
 pub use roll_reward as reward;
@@ -52,7 +52,7 @@ pub use roll_reward as reward;
 /// The names most programs need: the traits to implement, the data they see, a config and the
 /// run that trains from it, the Burn roles and the pipeline parts for composing one by hand.
 pub mod prelude {
-    pub use crate::run::{Run, RunBuilder, RunPlan, RunSummary, follow};
+    pub use crate::run::{Followed, Run, RunBuilder, RunPlan, RunSummary, follow};
     pub use roll_algos::AlgorithmConfig;
     pub use roll_algos::filter::DynamicFilter;
     pub use roll_backend_burn::engine::EngineConfig;
@@ -68,7 +68,7 @@ pub mod prelude {
     pub use roll_core::scheduler::{
         GroupFilter, RlvrScheduler, RlvrSchedulerConfig, RolloutBatch, Scheduler,
     };
-    pub use roll_core::strategy::{DeviceSpec, LocalGroup, LocalReplica, SingleDevice};
+    pub use roll_core::strategy::{DeviceSpec, LocalGroup, LocalReplica, Messenger, SingleDevice};
     pub use roll_core::tokenizer::{ChatMessage, Role};
     pub use roll_core::{
         Critic, Env, EnvStatus, Error, Generate, Generation, GenerationRequest, Group, Observation,

@@ -1,8 +1,9 @@
-//! A run across ranks, on threads: rank 0 runs the RLVR pipeline and leads the actor's
-//! data-parallel group, rank 1 `follow`s. It trains as the same run in one process (the same
-//! rollouts, so the same steps), the follower is released when the leader's run ends, and a run
-//! stopped after a step resumes from its checkpoint on every rank and ends where the
-//! uninterrupted run does.
+//! A run across ranks, on threads: rank 0 runs the RLVR pipeline and leads, the other ranks
+//! `follow`. Colocated, rank 1 is a second data-parallel replica of the actor's trainer;
+//! disaggregated (`rollout.ranks`), ranks 1 and 2 only generate and rank 0 trains. Either way
+//! it trains as the same run in one process (the same rollouts, so the same steps), the
+//! followers are released when the leader's run ends, and a run stopped after a step resumes
+//! from its checkpoint on every rank and ends where the uninterrupted run does.
 //! (`roll-mpi`'s tests run the same across processes under `mpirun`.)
 
 use roll::core::config::ConfigLoader;
@@ -24,26 +25,40 @@ fn config(out: &std::path::Path, extra: &[&str]) -> Config {
         .expect("config")
 }
 
-/// `config` run across two ranks on threads: the leader's step reports and final weights, and
-/// the steps the follower served (it must be released when the leader's run ends).
-async fn led_run(config: Config) -> (Vec<StepReport>, roll::backend::CausalLm, usize) {
-    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
-    let leader: Arc<dyn Strategy> = Arc::new(ranks[0].clone());
-    let follower: Arc<dyn Strategy> = Arc::new(ranks[1].clone());
+/// `config` run across `ranks` ranks on threads: the leader's step reports and final weights,
+/// and what each follower did (each must be released when the leader's run ends).
+async fn led_run(
+    config: Config,
+    ranks: usize,
+) -> (Vec<StepReport>, roll::backend::CausalLm, Vec<Followed>) {
+    let mut links = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).expect("group");
+    let leader: Arc<dyn Messenger> = Arc::new(links.remove(0));
     let (served_tx, served_rx) = std::sync::mpsc::channel();
-    let follower_config = config.clone();
-    std::thread::spawn(move || {
-        let _ = served_tx.send(follow(&follower_config, follower));
-    });
+    for link in links {
+        let (follower_config, served_tx) = (config.clone(), served_tx.clone());
+        std::thread::spawn(move || {
+            let rank = link.rank();
+            let _ = served_tx.send((rank, follow(&follower_config, Arc::new(link))));
+        });
+    }
     let mut led = build(config).lead(leader).build().expect("build");
     let reports = led.train().await.expect("train").rl;
     let model = led.actor().model().expect("model");
     drop(led);
-    let served = served_rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the follower was released when the leader's run ended")
-        .expect("the follower served");
-    (reports, model, served)
+    let mut served: Vec<(usize, Followed)> = (1..ranks)
+        .map(|_| {
+            let (rank, followed) = served_rx
+                .recv_timeout(Duration::from_secs(120))
+                .expect("the followers were released when the leader's run ended");
+            (rank, followed.expect("the follower served"))
+        })
+        .collect();
+    served.sort_by_key(|(rank, _)| *rank);
+    (reports, model, served.into_iter().map(|(_, f)| f).collect())
+}
+
+fn trained(steps: usize) -> Vec<Followed> {
+    vec![Followed::Trained { steps }]
 }
 
 fn build(config: Config) -> RunBuilder {
@@ -60,8 +75,8 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
     let alone_model = alone.actor().model().expect("model");
 
     let led_out = out_dir("distributed-led");
-    let (led_reports, led_model, served) = led_run(config(&led_out, &[])).await;
-    assert_eq!(served, 2);
+    let (led_reports, led_model, served) = led_run(config(&led_out, &[]), 2).await;
+    assert_eq!(served, trained(2));
     assert_eq!(led_reports.len(), alone_reports.len());
     for (a, b) in alone_reports.iter().zip(&led_reports) {
         assert_eq!(a.samples, b.samples);
@@ -80,12 +95,12 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
     // run ends where the uninterrupted one did.
     let resumed_out = out_dir("distributed-resumed");
     let first = config(&resumed_out, &["run.save_every=1", "run.max_steps=1"]);
-    let (_, _, served) = led_run(first).await;
-    assert_eq!(served, 1);
+    let (_, _, served) = led_run(first, 2).await;
+    assert_eq!(served, trained(1));
     let rest = config(&resumed_out, &["run.save_every=1", "run.resume=true"]);
-    let (reports, resumed_model, served) = led_run(rest).await;
+    let (reports, resumed_model, served) = led_run(rest, 2).await;
     // The summary covers the whole run; the follower trained only the step that was left.
-    assert_eq!((served, reports.len()), (1, 2));
+    assert_eq!((served, reports.len()), (trained(1), 2));
     let worst = max_param_diff(&alone_model, &resumed_model);
     assert!(
         worst <= 1e-5,
@@ -94,6 +109,83 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
     for dir in [alone_out, led_out, resumed_out] {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_the_weights() {
+    let alone_out = out_dir("disaggregated-alone");
+    let mut alone = build(config(&alone_out, &[])).build().expect("build");
+    let alone_reports = alone.train().await.expect("train").rl;
+    let alone_model = alone.actor().model().expect("model");
+
+    // Rank 0 trains, ranks 1 and 2 generate.
+    let out = out_dir("disaggregated");
+    let (reports, model, served) = led_run(config(&out, &["rollout.ranks=2"]), 3).await;
+    assert_eq!(reports.len(), alone_reports.len());
+    for (step, (a, b)) in alone_reports.iter().zip(&reports).enumerate() {
+        assert_eq!(a.samples, b.samples, "step {}", step + 1);
+        for key in ["actor/trained_tokens", "actor/sequences", "reward/mean"] {
+            assert_eq!(a.metrics[key], b.metrics[key], "step {}: {key}", step + 1);
+        }
+        assert!(b.metrics["actor/rollout_weight_sync_s"] >= 0.0);
+        assert_eq!(b.metrics["actor/train_infer_logprob_gap"], 0.0);
+    }
+    let worst = max_param_diff(&alone_model, &model);
+    assert!(worst <= 1e-5, "the disaggregated run differs by {worst}");
+    // Each rollout rank started on version 0 and was sent each step's weights.
+    let generated: Vec<_> = served
+        .iter()
+        .map(|f| match f {
+            Followed::Generated(s) => *s,
+            other => panic!("a rollout rank trained: {other:?}"),
+        })
+        .collect();
+    assert_eq!(generated.len(), 2);
+    for s in &generated {
+        assert_eq!((s.weight_syncs, s.version), (3, WeightVersion(2)), "{s:?}");
+        assert!(s.requests > 0, "both ranks generated: {generated:?}");
+    }
+
+    // Stopped after its first step and resumed: the rollout ranks start on the checkpoint's
+    // weights (version 1), and the run ends where the uninterrupted one did.
+    let resumed_out = out_dir("disaggregated-resumed");
+    let extra = ["rollout.ranks=1", "run.save_every=1"];
+    let first = config(&resumed_out, &[&extra[..], &["run.max_steps=1"]].concat());
+    led_run(first, 2).await;
+    let rest = config(&resumed_out, &[&extra[..], &["run.resume=true"]].concat());
+    let (_, resumed_model, served) = led_run(rest, 2).await;
+    let Followed::Generated(s) = served[0] else {
+        panic!("rank 1 trained: {served:?}");
+    };
+    assert_eq!((s.weight_syncs, s.version), (2, WeightVersion(2)));
+    let worst = max_param_diff(&alone_model, &resumed_model);
+    assert!(worst <= 1e-5, "the resumed run differs by {worst}");
+    for dir in [alone_out, out, resumed_out] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
+    let out = out_dir("disaggregated-refused");
+    let alone = config(&out, &["rollout.ranks=1"]);
+    let err = build(alone).build().err().expect("refused").to_string();
+    assert!(
+        err.contains("rollout.ranks") && err.contains("one process"),
+        "{err}"
+    );
+    // Two processes cannot give two to rollout and still train.
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
+    let err = build(config(&out, &["rollout.ranks=2"]))
+        .lead(Arc::new(ranks[0].clone()))
+        .build()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("rollout.ranks") && err.contains("1 in this job of 2"),
+        "{err}"
+    );
 }
 
 #[test]

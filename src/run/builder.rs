@@ -6,14 +6,15 @@ use super::distributed;
 use super::plan::{RolloutPlan, RunPlan, SftPlan};
 use super::runner::{ActorStart, BuildRl, Evaluation, Restored, Run, SftStage, Stage};
 use roll_backend_burn::hf::HfSource;
+use roll_backend_burn::remote::Disaggregated;
 use roll_backend_burn::{
     BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, Placement, PolicyOptions,
 };
 use roll_core::config::{Config, DomainMap, LrSchedule};
 use roll_core::pipeline::{RlvrPipeline, SftExample, SftPipeline};
-use roll_core::policy::{Generate, Score};
+use roll_core::policy::{Generate, Policy, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
-use roll_core::strategy::Strategy;
+use roll_core::strategy::{Messenger, Strategy};
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::manager::{Incident, IncidentHook};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
@@ -48,8 +49,8 @@ pub struct RunBuilder {
     eval: Vec<Prompt>,
     eval_seeds: Vec<u64>,
     incident_hooks: Vec<IncidentHook>,
-    /// Rank 0 of the actor's data-parallel group across processes, when this run leads one.
-    group: Option<Arc<dyn Strategy>>,
+    /// Rank 0 of a run across processes, when this run leads one.
+    group: Option<Arc<dyn Messenger>>,
 }
 
 impl RunBuilder {
@@ -116,15 +117,19 @@ impl RunBuilder {
         self
     }
 
-    /// Makes this process rank 0 of a run across processes: it runs the pipeline and one
-    /// replica of the actor's trainer; ranks 1.. of `group` run [`follow`](super::follow) with
-    /// the same config, each one more replica. The actor's steps are split across the group by
-    /// tokens and their gradients summed (see [`roll_backend_burn::train::DataParallel::leader`]).
-    /// `group` is typically `roll_mpi`'s strategy under `mpirun` or `srun`.
+    /// Makes this process rank 0 of a run across processes: it runs the pipeline and trains;
+    /// ranks 1.. of `group` run [`follow`](super::follow) with the same config. With
+    /// `rollout.ranks = 0` each of them is one more replica of the actor's trainer: the steps
+    /// are split across the group by tokens and their gradients summed (see
+    /// [`roll_backend_burn::train::DataParallel::leader`]). With `rollout.ranks = R` the
+    /// other ranks (then exactly `R`) only generate, and after each step this rank sends them
+    /// the new weights ([`Disaggregated`]). `group` is typically `roll_mpi`'s strategy under
+    /// `mpirun` or `srun`.
     ///
-    /// [`RunBuilder::build`] then refuses `[sft]` and `model.data_parallel` above 1.
+    /// [`RunBuilder::build`] then refuses `[sft]`, and `model.data_parallel` above 1 without
+    /// rollout ranks.
     #[must_use]
-    pub fn lead(mut self, group: Arc<dyn Strategy>) -> Self {
+    pub fn lead(mut self, group: Arc<dyn Messenger>) -> Self {
         self.group = Some(group);
         self
     }
@@ -175,9 +180,13 @@ impl RunBuilder {
     /// prompts, held-out prompts in an agentic run, a checkpoint that does not fit the run.
     pub fn build(mut self) -> Result<Run> {
         let mut plan = RunPlan::from_config(&self.config)?;
-        if self.group.is_some() {
-            distributed::check(&plan)?;
-        }
+        let roles = match &self.group {
+            Some(group) => Some(distributed::Roles::of(&plan, group.world_size())?),
+            None => {
+                distributed::check_single_process(&plan)?;
+                None
+            }
+        };
         let root = plan.run.output_dir.join(CHECKPOINTS);
         let (found, skipped) = if plan.run.resume {
             checkpoint::newest(&root)?
@@ -211,19 +220,26 @@ impl RunBuilder {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
         }
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
-        let placement = match &self.group {
-            None => Placement::Devices(plan.model.trainer_devices.clone()),
-            Some(group) => {
+        let local = Placement::Devices(plan.model.trainer_devices.clone());
+        let (placement, rollout) = match (&self.group, roles) {
+            (Some(group), Some(roles)) => {
                 let start = match &found {
                     None => distributed::Start::Weights(plan.model.dir.clone()),
                     Some((dir, _)) => distributed::Start::Checkpoint(dir.join(ACTOR)),
                 };
                 distributed::announce(group.as_ref(), &start)?;
-                Placement::Leader {
-                    device: plan.model.device,
-                    group: group.clone(),
+                match roles {
+                    distributed::Roles::Colocated => {
+                        let group: Arc<dyn Strategy> = group.clone();
+                        let device = plan.model.device;
+                        (Placement::Leader { device, group }, None)
+                    }
+                    distributed::Roles::Disaggregated { rollout } => {
+                        (local, Some((group.clone(), rollout)))
+                    }
                 }
             }
+            _ => (local, None),
         };
         let options = PolicyOptions {
             placement,
@@ -232,7 +248,7 @@ impl RunBuilder {
             ..PolicyOptions::default()
         };
         let (rl, eval_reward) =
-            self.rl_stage(&plan, tokenizer.clone(), options.clone(), &source)?;
+            self.rl_stage(&plan, tokenizer.clone(), options.clone(), &source, rollout)?;
         let sft = self.sft_data(&plan)?;
         let eval = self.evaluation(&plan, eval_reward)?;
         let (stage, restored) = match found {
@@ -412,6 +428,7 @@ impl RunBuilder {
         tokenizer: Arc<dyn Tokenizer>,
         options: PolicyOptions,
         source: &HfSource,
+        rollout: Option<(Arc<dyn Messenger>, Vec<usize>)>,
     ) -> Result<(BuildRl, Option<Arc<dyn RewardWorker>>)> {
         let (scheduler, reward) = self.scheduler(plan, tokenizer.clone())?;
         let (trainer, algorithm, pipeline) = (
@@ -455,8 +472,14 @@ impl RunBuilder {
                     )
                 }
             };
+            let generating: Arc<dyn Policy> = match rollout {
+                Some((link, ranks)) => {
+                    Arc::new(Disaggregated::connect(actor.clone(), link, ranks)?)
+                }
+                None => Arc::new(actor.clone()),
+            };
             let actor = Arc::new(actor);
-            let mut rl = RlvrPipeline::new(actor.clone(), scheduler, algorithm, pipeline)?;
+            let mut rl = RlvrPipeline::new(generating, scheduler, algorithm, pipeline)?;
             if let Some(reference) = reference {
                 rl = rl.with_reference(reference);
             }

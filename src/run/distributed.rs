@@ -1,17 +1,24 @@
 //! A run across processes: rank 0 runs the whole pipeline (rollouts, rewards, the controller)
-//! and leads the actor's data-parallel group ([`RunBuilder::lead`](super::RunBuilder::lead));
-//! every other rank runs [`follow`]: one more replica of the actor's trainer, nothing else.
+//! and trains ([`RunBuilder::lead`](super::RunBuilder::lead)); every other rank runs
+//! [`follow`], in the role the config gives it:
 //!
-//! Before anything trains, the leader tells the group where the actor starts — the model
-//! directory, or the checkpoint it resumes — so the followers build the same trainer from the
-//! same files (a shared file system, as on a cluster). From then on the followers only serve
-//! the leader's steps ([`roll_backend_burn::train::follow`]).
+//! - **colocated** (`rollout.ranks = 0`): every rank is one more data-parallel replica of the
+//!   actor's trainer; rank 0 generates beside its replica.
+//! - **disaggregated** (`rollout.ranks = R > 0`): the last `R` ranks only generate, each with
+//!   its own inference engine ([`roll_backend_burn::remote`]); rank 0 trains (its replicas in
+//!   process, `model.data_parallel`) and sends them the new weights after every step.
+//!
+//! Before anything trains, the leader tells every rank where the actor starts — the model
+//! directory, or the checkpoint it resumes — so the others build the same model from the same
+//! files (a shared file system, as on a cluster). From then on they only serve the leader.
 
 use roll_backend_burn::hf::HfSource;
+use roll_backend_burn::remote::{RolloutServer, Served};
 use roll_backend_burn::train::Trainer;
+use roll_backend_burn::{ChatTemplate, HfTokenizer};
 use roll_core::config::Config;
-use roll_core::strategy::Strategy;
-use roll_core::{Error, Result};
+use roll_core::strategy::{Messenger, Strategy};
+use roll_core::{Error, Result, Tokenizer};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,53 +41,143 @@ pub(crate) fn announce(group: &dyn Strategy, start: &Start) -> Result<()> {
     group.broadcast(&mut bytes, 0)
 }
 
-/// What a distributed run needs of its config, checked on every rank alike.
-pub(crate) fn check(plan: &RunPlan) -> Result<()> {
-    if plan.sft.is_some() {
-        return Err(Error::invalid_data(
-            "config",
-            "a run across processes does not take `[sft]` yet: warm-start in a single-process \
-             run and start the distributed run from its export (`model.source.path`)",
-        ));
+/// What each rank of a run across processes does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Roles {
+    /// Every rank trains a replica; rank 0 also generates.
+    Colocated,
+    /// Rank 0 trains; these ranks generate.
+    Disaggregated {
+        /// The rollout ranks.
+        rollout: Vec<usize>,
+    },
+}
+
+impl Roles {
+    /// The roles of a job of `world_size` processes running `plan`, checked on every rank
+    /// alike.
+    ///
+    /// # Errors
+    /// `[sft]`; `rollout.ranks` that leaves no rank or more than one rank to train;
+    /// `model.data_parallel` above 1 in a colocated job (the processes are the replicas).
+    pub(crate) fn of(plan: &RunPlan, world_size: usize) -> Result<Self> {
+        if plan.sft.is_some() {
+            return Err(Error::invalid_data(
+                "config",
+                "a run across processes does not take `[sft]` yet: warm-start in a \
+                 single-process run and start the distributed run from its export \
+                 (`model.source.path`)",
+            ));
+        }
+        let rollout = plan.rollout_ranks;
+        if rollout == 0 {
+            if plan.model.trainer_devices.len() != 1 {
+                return Err(Error::invalid_data(
+                    "config",
+                    "`model.data_parallel` must be 1 in a run across processes without rollout \
+                     ranks: each process runs one replica, and the processes are the \
+                     data-parallel group",
+                ));
+            }
+            return Ok(Self::Colocated);
+        }
+        if rollout + 1 != world_size {
+            return Err(Error::InvalidValue {
+                key: "rollout.ranks".into(),
+                value: rollout.to_string(),
+                allowed: format!(
+                    "{} in this job of {world_size} processes: rank 0 trains (its data-parallel \
+                     replicas in process, `model.data_parallel`) and every other rank \
+                     generates; training on several processes beside rollout ranks is not \
+                     supported yet",
+                    world_size.saturating_sub(1)
+                ),
+                origin: None,
+            });
+        }
+        Ok(Self::Disaggregated {
+            rollout: (1..world_size).collect(),
+        })
     }
-    if plan.model.trainer_devices.len() != 1 {
-        return Err(Error::invalid_data(
-            "config",
-            "`model.data_parallel` must be 1 in a run across processes: each process runs one \
-             replica, and the processes are the data-parallel group",
-        ));
+}
+
+/// Refuses rollout ranks in a run of one process.
+pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
+    if plan.rollout_ranks == 0 {
+        return Ok(());
     }
-    Ok(())
+    Err(Error::InvalidValue {
+        key: "rollout.ranks".into(),
+        value: plan.rollout_ranks.to_string(),
+        allowed: "0 in a run of one process: rollout ranks are processes of a job started by \
+                  `mpirun` or `srun` whose rank 0 calls `RunBuilder::lead`"
+            .into(),
+        origin: None,
+    })
+}
+
+/// What a rank of a run across processes did, as [`follow`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Followed {
+    /// A trainer replica: the steps it trained.
+    Trained {
+        /// Steps served.
+        steps: usize,
+    },
+    /// A rollout rank: the requests it served and the weights it received.
+    Generated(Served),
 }
 
 /// Serves as rank `group.rank()` (≥ 1) of a run across processes whose rank 0 runs `config`
-/// with [`RunBuilder::lead`](super::RunBuilder::lead): builds the actor's trainer where the
-/// leader says the actor starts and trains every step the leader announces, until the leader's
-/// run ends. Returns the number of steps served.
+/// with [`RunBuilder::lead`](super::RunBuilder::lead), in the role the config gives this rank
+/// (see the [module docs](self)), until the leader's run ends.
 ///
 /// Every rank is started with the same config (e.g. the same command line under `mpirun` or
-/// `srun`). A failure here is reported to the whole group (the job stops, naming this rank).
+/// `srun`). A failure here is reported to the whole job (it stops, naming this rank and role).
 ///
 /// # Errors
 /// A config that does not validate or that a distributed run does not take, a model or
-/// checkpoint that does not load, or a failed step.
-pub fn follow(config: &Config, group: Arc<dyn Strategy>) -> Result<usize> {
+/// checkpoint that does not load, a failed step, a lost leader.
+pub fn follow(config: &Config, group: Arc<dyn Messenger>) -> Result<Followed> {
     let rank = group.rank();
-    let served = serve(config, &group);
+    let mut role = "actor trainer";
+    let served = serve(config, &group, &mut role);
     if let Err(e) = &served {
-        group.abort(&format!("rank {rank} (actor trainer): {e}"));
+        group.abort(&format!("rank {rank} ({role}): {e}"));
     }
     served
 }
 
-fn serve(config: &Config, group: &Arc<dyn Strategy>) -> Result<usize> {
+fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result<Followed> {
     let plan = RunPlan::from_config(config)?;
-    check(&plan)?;
+    let roles = Roles::of(&plan, group.world_size())?;
     let mut bytes = Vec::new();
     group.broadcast(&mut bytes, 0)?;
     let start: Start = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid_data("run start from rank 0", e.to_string()))?;
     let device = roll_backend_burn::device(plan.model.device)?;
+    if let Roles::Disaggregated { rollout } = &roles
+        && rollout.contains(&group.rank())
+    {
+        *role = "rollout";
+        // The architecture and tokenizer come from the model directory; the weights from
+        // rank 0, which starts every rollout rank on its actor's.
+        let template = HfSource::open(&plan.model.dir)?.load_model(&device)?;
+        let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;
+        if plan.model.plain_prompts {
+            tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
+        }
+        let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
+        let served = RolloutServer::new(template, tokenizer, plan.engine.clone(), device)
+            .serve(group.as_ref(), 0)?;
+        tracing::info!(
+            rank = group.rank(),
+            requests = served.requests,
+            weight_syncs = served.weight_syncs,
+            "the leader's run ended"
+        );
+        return Ok(Followed::Generated(served));
+    }
     let trainer = match start {
         Start::Weights(dir) => {
             let model = HfSource::open(&dir)?.load_model(&device)?;
@@ -88,12 +185,15 @@ fn serve(config: &Config, group: &Arc<dyn Strategy>) -> Result<usize> {
         }
         Start::Checkpoint(dir) => Trainer::load_checkpoint(&dir, &device)?.0,
     };
-    let mut trainer = trainer.with_strategy(group.clone());
-    let reports = roll_backend_burn::train::follow(&mut trainer, group.as_ref())?;
+    let strategy: Arc<dyn Strategy> = group.clone();
+    let mut trainer = trainer.with_strategy(strategy.clone());
+    let reports = roll_backend_burn::train::follow(&mut trainer, strategy.as_ref())?;
     tracing::info!(
         rank = group.rank(),
         steps = reports.len(),
         "the leader's run ended"
     );
-    Ok(reports.len())
+    Ok(Followed::Trained {
+        steps: reports.len(),
+    })
 }

@@ -134,6 +134,9 @@ pub struct RunPlan {
     pub scoring: ScoringOptions,
     /// The rollout side.
     pub rollout: RolloutPlan,
+    /// Processes of a run across processes that only generate, the last of the job
+    /// (`rollout.ranks`).
+    pub rollout_ranks: usize,
     /// The supervised warm start, if any.
     pub sft: Option<SftPlan>,
 }
@@ -215,6 +218,7 @@ impl RunPlan {
                 ..ScoringOptions::default()
             },
             rollout,
+            rollout_ranks: config.rollout.ranks as usize,
             sft: config.sft.as_ref().map(|sft| {
                 let mut trainer = TrainerConfig::from_config(config);
                 trainer.lr = sft.learning_rate;

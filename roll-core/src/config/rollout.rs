@@ -34,6 +34,13 @@ pub struct RolloutConfig {
     /// Name in the log (a warning) every generation or reward call that has waited longer than
     /// this many seconds, with how long it has waited; `0`: off. Default `120`.
     pub hang_warning_s: u64,
+    /// In a run across processes, how many of them only generate (disaggregated rollout): the
+    /// last `ranks` processes of the job each run an inference engine, the first trains and
+    /// runs the controller, and after every step the new weights go to each rollout process
+    /// with their version. `0`: generation runs beside the trainer (colocated). A run in one
+    /// process refuses any other value. Default `0`. ROLL: `actor_infer.device_mapping` on
+    /// devices of its own.
+    pub ranks: u32,
 }
 
 impl Default for RolloutConfig {
@@ -47,6 +54,7 @@ impl Default for RolloutConfig {
             max_running_requests: 128,
             sampling: SamplingConfig::default(),
             hang_warning_s: 120,
+            ranks: 0,
         }
     }
 }
