@@ -5,7 +5,10 @@
 //!    gradients summed over MPI — and checks that both ranks hold the same weights and that they
 //!    are those of one trainer on the whole batch (rank 0 trains that one too);
 //! 2. runs two GRPO steps of a run across processes: rank 0 runs the pipeline
-//!    (`RunBuilder::lead`), rank 1 serves it (`roll::run::follow`).
+//!    (`RunBuilder::lead`), rank 1 serves it (`roll::run::follow`) as a second trainer replica;
+//! 3. runs the same two steps disaggregated (`rollout.ranks=1`): rank 0 trains, rank 1 only
+//!    generates and receives each step's weights; rank 0 checks that both runs end on the same
+//!    weights and rank 1 that it serves the trainer's last weight version.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -59,6 +62,8 @@ fn main() -> ExitCode {
         "rank 1: data parallel over MPI equals one trainer",
         "rank 0: led 2 GRPO steps",
         "rank 1: served 2 steps",
+        "rank 0: led 2 disaggregated GRPO steps, the same weights as colocated",
+        "rank 1: generated for 2 steps, serving weight version 2",
     ];
     let missing: Vec<&str> = expected
         .into_iter()
@@ -74,11 +79,24 @@ fn main() -> ExitCode {
 
 fn rank_main() -> anyhow::Result<()> {
     let world = MpiWorld::init()?;
-    let group: Arc<dyn Strategy> = Arc::new(world.replica(DeviceSpec::Cpu));
+    let group: Arc<dyn Messenger> = Arc::new(world.replica(DeviceSpec::Cpu));
     let rank = world.rank();
-    let worst = data_parallel_equals_one_trainer(&group)?;
+    let worst = data_parallel_equals_one_trainer(&(group.clone() as Arc<dyn Strategy>))?;
     println!("rank {rank}: data parallel over MPI equals one trainer{worst}");
-    grpo_run_across_ranks(&group)?;
+    let colocated = grpo_run_across_ranks(&group, &[])?;
+    let disaggregated = grpo_run_across_ranks(&group, &["rollout.ranks=1"])?;
+    if let (Some(a), Some(b)) = (colocated, disaggregated) {
+        let worst = flat(&a)
+            .iter()
+            .zip(&flat(&b))
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        anyhow::ensure!(
+            worst <= 1e-5,
+            "disaggregated differs from colocated by {worst}"
+        );
+        println!("rank 0: led 2 disaggregated GRPO steps, the same weights as colocated");
+    }
     Ok(())
 }
 
@@ -140,22 +158,35 @@ fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result
     Ok(String::new())
 }
 
-fn grpo_run_across_ranks(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
+/// Two GRPO steps led by rank 0 with `extra` overrides; rank 0 returns the final weights.
+fn grpo_run_across_ranks(
+    group: &Arc<dyn Messenger>,
+    extra: &[&str],
+) -> anyhow::Result<Option<roll::backend::CausalLm>> {
     let out = out_dir("mpi-grpo");
     let config = ConfigLoader::new()
         .toml_str(tiny_rlvr_toml(&out))
         .overrides(["rollout.max_staleness=0"])
+        .overrides(extra.iter().copied())
         .load()?;
     if group.rank() > 0 {
-        let steps = follow(&config, group.clone())?;
-        println!("rank {}: served {steps} steps", group.rank());
-        return Ok(());
+        match follow(&config, group.clone())? {
+            Followed::Trained { steps } => println!("rank {}: served {steps} steps", group.rank()),
+            Followed::Generated(s) => println!(
+                "rank {}: generated for {} steps, serving weight version {} ({} requests)",
+                group.rank(),
+                s.weight_syncs - 1,
+                s.version.0,
+                s.requests
+            ),
+        }
+        return Ok(None);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let steps = runtime.block_on(async {
+    let (steps, model) = runtime.block_on(async {
         let prompts = (0..16u64).map(|i| {
             Prompt::new(PromptId(i), format!("Q: {i}+{i}=? A:"), "arithmetic")
                 .with_ground_truth((2 * i).to_string())
@@ -167,11 +198,13 @@ fn grpo_run_across_ranks(group: &Arc<dyn Strategy>) -> anyhow::Result<()> {
             .build()?;
         let summary = run.train().await?;
         anyhow::ensure!(run.actor().weight_version() == WeightVersion(2));
-        anyhow::Ok(summary.rl.len())
+        anyhow::Ok((summary.rl.len(), run.actor().model()?))
     })?;
-    println!("rank 0: led {steps} GRPO steps");
+    if extra.is_empty() {
+        println!("rank 0: led {steps} GRPO steps");
+    }
     let _ = std::fs::remove_dir_all(&out);
-    Ok(())
+    Ok(Some(model))
 }
 
 /// Seven sequences of varied lengths from the fixture's vocabulary, advantages of both signs.
