@@ -1,13 +1,19 @@
 //! distributed_grpo — GRPO across processes on MPI: rank 0 runs the whole pipeline (rollouts,
-//! rewards, the controller) and one replica of the actor's trainer; every other rank is one more
-//! data-parallel replica. Each step's batch is split across the ranks by tokens, the gradients
-//! are summed with `MPI_Allreduce`, and every replica applies the same update, so the run trains
-//! as one process would on the whole batch.
+//! rewards, the controller) and trains; the other ranks serve it in one of two ways.
+//!
+//! - Colocated (the default, `rollout.ranks=0`): every other rank is one more data-parallel
+//!   replica of the actor's trainer. Each step's batch is split across the ranks by tokens, the
+//!   gradients are summed with `MPI_Allreduce`, and every replica applies the same update, so
+//!   the run trains as one process would on the whole batch.
+//! - Disaggregated (`rollout.ranks=N-1`): every other rank only generates, with an inference
+//!   engine of its own; rank 0 sends each of them the new weights, with their version, after
+//!   every step.
 //!
 //! ```sh
 //! cargo build --release --features mpi --example distributed_grpo
-//! mpirun -np 2 target/release/examples/distributed_grpo          # one machine (root: add --allow-run-as-root)
-//! srun --ntasks=4 target/release/examples/distributed_grpo       # a Slurm allocation
+//! mpirun -np 2 target/release/examples/distributed_grpo                  # one machine (root: add --allow-run-as-root)
+//! mpirun -np 3 target/release/examples/distributed_grpo rollout.ranks=2  # rank 0 trains, 1 and 2 generate
+//! srun --ntasks=4 target/release/examples/distributed_grpo               # a Slurm allocation
 //! ```
 //!
 //! Every rank reads the same config (`examples/configs/distributed_grpo.toml`, or `--config
@@ -25,13 +31,22 @@ fn main() -> anyhow::Result<()> {
     roll::init_logging();
     let world = MpiWorld::init()?;
     let config = cli::config("examples/configs/distributed_grpo.toml")?;
-    let group: Arc<dyn Strategy> = Arc::new(world.replica(config.model.device));
+    let group: Arc<dyn Messenger> = Arc::new(world.replica(config.model.device));
     if world.rank() > 0 {
-        let steps = follow(&config, group)?;
-        println!(
-            "rank {}: served {steps} steps of rank 0's run",
-            world.rank()
-        );
+        match follow(&config, group)? {
+            Followed::Trained { steps } => {
+                println!(
+                    "rank {}: trained {steps} steps of rank 0's run",
+                    world.rank()
+                );
+            }
+            Followed::Generated(served) => println!(
+                "rank {}: generated {} requests of rank 0's run, last on weight version {}",
+                world.rank(),
+                served.requests,
+                served.version.0
+            ),
+        }
         return Ok(());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

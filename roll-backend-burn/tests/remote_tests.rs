@@ -47,7 +47,7 @@ fn server() -> RolloutServer {
     let template = load_model(fixture(MODEL), &Device::flex()).unwrap();
     RolloutServer::new(
         template,
-        tokenizer(),
+        Some(tokenizer()),
         EngineConfig::default(),
         Device::flex(),
     )

@@ -168,7 +168,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
         }
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
-        let served = RolloutServer::new(template, tokenizer, plan.engine.clone(), device)
+        let served = RolloutServer::new(template, Some(tokenizer), plan.engine.clone(), device)
             .serve(group.as_ref(), 0)?;
         tracing::info!(
             rank = group.rank(),

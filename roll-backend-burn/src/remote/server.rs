@@ -24,7 +24,7 @@ const BUCKET_WAIT: Duration = Duration::from_secs(600);
 /// controller sends (see the [module docs](super)).
 pub struct RolloutServer {
     template: CausalLm,
-    tokenizer: Arc<dyn Tokenizer>,
+    tokenizer: Option<Arc<dyn Tokenizer>>,
     engine: EngineConfig,
     decoder: Option<DecoderKind>,
     device: Device,
@@ -52,10 +52,12 @@ pub struct Served {
 
 impl RolloutServer {
     /// A server for models of `template`'s architecture (its weights are replaced by the
-    /// controller's before anything is generated), on `device`, decoding text with `tokenizer`.
+    /// controller's before anything is generated), on `device`, decoding text with `tokenizer`
+    /// (whose EOS also ends every generation). Without one, generations carry token ids and
+    /// log-probs only, and end at `max_new_tokens` or a stop token id.
     pub fn new(
         template: CausalLm,
-        tokenizer: Arc<dyn Tokenizer>,
+        tokenizer: Option<Arc<dyn Tokenizer>>,
         engine: EngineConfig,
         device: Device,
     ) -> Self {
@@ -223,7 +225,7 @@ impl Serving<'_> {
                     &model,
                     &server.device,
                     config,
-                    Some(server.tokenizer.clone()),
+                    server.tokenizer.clone(),
                 )?;
                 let served = engine.weight_version();
                 self.engine = Some((engine, kind));
