@@ -102,7 +102,7 @@ fn main() -> anyhow::Result<()> {
         let gb = params as f64 * 4.0 / 1e9;
         println!(
             "weight sync, {name} ({:.1}M parameters, {gb:.3} GB f32) to {} rank(s): median {:.1} ms \
-             ({:.2} GB/s per rank, end to end)",
+             ({:.2} GB/s delivered, end to end)",
             params as f64 / 1e6,
             rollout.len(),
             median * 1e3,

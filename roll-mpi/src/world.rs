@@ -14,9 +14,12 @@ use std::time::{Duration, Instant};
 /// The tag of roll's point-to-point messages (collectives do not match tags).
 const MESSAGE_TAG: i32 = 7;
 
-/// How long a receiver sleeps between two probes for a message: short against a generation step
-/// (milliseconds), long enough that a waiting rank leaves its core to the compute.
-const PROBE_INTERVAL: Duration = Duration::from_micros(100);
+/// How long a receiver sleeps between two probes for a message: from `FIRST_PROBE`, doubling
+/// while nothing comes, up to `LAST_PROBE`. An answer that comes at once is taken at once; a
+/// rank that waits long (a rollout rank between two rounds) wakes a thousand times a second at
+/// most, leaving its cores to the compute.
+const FIRST_PROBE: Duration = Duration::from_micros(10);
+const LAST_PROBE: Duration = Duration::from_millis(1);
 
 /// This process's membership of the MPI job: MPI initialised (once per process, with calls
 /// from any one thread at a time), the world's size and this process's rank. MPI is finalised
@@ -200,8 +203,9 @@ impl MpiReplica {
 }
 
 /// Messages are `MPI_Send`s with roll's tag, received by probing (`MPI_Improbe`, then
-/// `MPI_Mrecv`) every [`PROBE_INTERVAL`] without holding the lock in between: a rank waiting for
-/// a message neither spins on a core nor keeps its other threads from MPI.
+/// `MPI_Mrecv`) at growing intervals ([`FIRST_PROBE`] to [`LAST_PROBE`]) without holding the lock
+/// in between: a rank waiting for a message neither spins on a core nor keeps its other threads
+/// from MPI.
 impl Messenger for MpiReplica {
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let to = self.peer(to, "message receiver")?;
@@ -219,6 +223,7 @@ impl Messenger for MpiReplica {
     fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
         let from = self.peer(from, "message sender")?;
         let deadline = Instant::now() + timeout;
+        let mut pause = FIRST_PROBE;
         loop {
             {
                 let (_call, world) = self.world.call();
@@ -236,7 +241,8 @@ impl Messenger for MpiReplica {
             if Instant::now() >= deadline {
                 return Ok(None);
             }
-            std::thread::sleep(PROBE_INTERVAL);
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            pause = (pause * 2).min(LAST_PROBE);
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use super::BUCKET_FLOATS;
 use super::weights;
-use super::wire::{Report, Submit, ToRollout, decode, encode, floats_to_bytes};
+use super::wire::{Report, Submit, ToRollout, decode, encode};
 use crate::{BackendError, CausalLm, Result};
 use async_trait::async_trait;
 use roll_core::policy::{Generate, Generation, GenerationRequest};
@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How often the controller asks a rank with running requests what finished: short against a
-/// decode step, long enough that polling costs nothing measurable.
-const POLL: Duration = Duration::from_micros(500);
+/// request (tens of decode steps), long enough that polling costs nothing measurable.
+const POLL: Duration = Duration::from_millis(2);
 
 /// How long an answer may take. Rounds are answered at once; a weight sync after the rank's
 /// engine has converted the weights, which for a large model takes a while.
@@ -89,7 +89,8 @@ struct InFlight {
 
 struct WeightsJob {
     version: u64,
-    values: Vec<f32>,
+    floats: u64,
+    buckets: Vec<Vec<u8>>,
     done: mpsc::Sender<Result<()>>,
 }
 
@@ -174,7 +175,8 @@ impl RemoteRollout {
     /// A parameter that cannot be read, a broken link, or a rank that does not end up serving
     /// `version` ([`BackendError::RolloutRank`]).
     pub fn sync(&self, model: &CausalLm, version: WeightVersion) -> Result<()> {
-        let values = weights::flatten(model)?;
+        let buckets = weights::to_buckets(model, BUCKET_FLOATS)?;
+        let floats = buckets.iter().map(|b| b.len() as u64 / 4).sum();
         let (done, answer) = mpsc::channel();
         {
             let shared = &self.link.shared;
@@ -184,7 +186,8 @@ impl RemoteRollout {
             }
             state.weights = Some(WeightsJob {
                 version: version.0,
-                values,
+                floats,
+                buckets,
                 done,
             });
             shared.wake.notify_all();
@@ -353,7 +356,7 @@ fn drive(shared: &Shared, link: &dyn Messenger) -> Result<()> {
     loop {
         let work = shared.next_work();
         if let Some(job) = work.weights {
-            if let Err(e) = push_weights(shared, link, job.version, &job.values) {
+            if let Err(e) = push_weights(shared, link, &job) {
                 let failed = shared.parts(e);
                 let _ = job.done.send(Err(failure(&failed)));
                 return Err(failure(&failed));
@@ -381,30 +384,35 @@ fn drive(shared: &Shared, link: &dyn Messenger) -> Result<()> {
     }
 }
 
-/// Sends `values` to every rank, header then buckets, and waits for each to serve `version`.
-fn push_weights(shared: &Shared, link: &dyn Messenger, version: u64, values: &[f32]) -> Result<()> {
-    let buckets: Vec<Vec<u8>> = values.chunks(BUCKET_FLOATS).map(floats_to_bytes).collect();
+/// Sends the weights to every rank, header then buckets, then waits for each to serve them: the
+/// ranks rebuild their models at the same time.
+fn push_weights(shared: &Shared, link: &dyn Messenger, job: &WeightsJob) -> Result<()> {
     let header = encode(&ToRollout::Weights {
-        version,
-        floats: values.len() as u64,
-        buckets: u32::try_from(buckets.len()).unwrap_or(u32::MAX),
+        version: job.version,
+        floats: job.floats,
+        buckets: u32::try_from(job.buckets.len()).unwrap_or(u32::MAX),
     })?;
-    for (index, &rank) in shared.ranks.iter().enumerate() {
+    for &rank in &shared.ranks {
         let unreachable = |e: roll_core::Error| BackendError::RolloutRank {
             rank,
             reason: e.to_string(),
         };
         link.send(rank, &header).map_err(unreachable)?;
-        for bucket in &buckets {
+        for bucket in &job.buckets {
             link.send(rank, bucket).map_err(unreachable)?;
         }
+    }
+    for (index, &rank) in shared.ranks.iter().enumerate() {
         let report = answer(link, rank)?;
         let served = report.version;
         shared.deliver(index, report)?;
-        if served != version {
+        if served != job.version {
             return Err(BackendError::RolloutRank {
                 rank,
-                reason: format!("serves weight version {served} after a sync to {version}"),
+                reason: format!(
+                    "serves weight version {served} after a sync to {}",
+                    job.version
+                ),
             });
         }
     }

@@ -1,7 +1,7 @@
 //! [`RolloutServer`]: a rollout rank's side of disaggregated rollout.
 
 use super::weights;
-use super::wire::{Finished, Report, ToRollout, decode, encode, extend_floats};
+use super::wire::{Finished, Report, ToRollout, decode, encode};
 use crate::engine::{DecoderKind, Engine, EngineConfig, RequestHandle, ServedWeights};
 use crate::{BackendError, CausalLm, Device, Result};
 use burn::module::Module;
@@ -190,7 +190,7 @@ impl Serving<'_> {
                  (do both ranks load the same model?)"
             )));
         }
-        let mut values = Vec::with_capacity(expected);
+        let mut received = Vec::new();
         for bucket in 0..buckets {
             let bytes = self
                 .link
@@ -202,14 +202,10 @@ impl Serving<'_> {
                         BUCKET_WAIT.as_secs()
                     ))
                 })?;
-            if values.len() + bytes.len() / 4 > expected || !extend_floats(&mut values, &bytes) {
-                return Err(self.protocol(format!(
-                    "weight bucket {bucket} of {} bytes does not fit the announced weights",
-                    bytes.len()
-                )));
-            }
+            received.push(bytes);
         }
-        let model = weights::load(&self.server.template, &values)?;
+        let model = weights::load(&self.server.template, &received)?;
+        drop(received);
         let served = match &self.engine {
             None => {
                 let server = self.server;

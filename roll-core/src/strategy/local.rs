@@ -41,10 +41,12 @@ pub struct LocalGroup {
     devices: Vec<DeviceSpec>,
     round: Mutex<Round>,
     done: Condvar,
-    /// Point-to-point messages in flight, by (sender, receiver), oldest first.
-    mail: Mutex<BTreeMap<(usize, usize), VecDeque<Vec<u8>>>>,
+    mail: Mutex<Mail>,
     posted: Condvar,
 }
+
+/// Point-to-point messages in flight, by (sender, receiver), oldest first.
+type Mail = BTreeMap<(usize, usize), VecDeque<Vec<u8>>>;
 
 /// A collective, as every replica must call it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
