@@ -146,6 +146,27 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
         assert!(s.requests > 0, "both ranks generated: {generated:?}");
     }
 
+    // Two trainers (a data-parallel sub-group of the job) and two rollout ranks.
+    let both_out = out_dir("disaggregated-both");
+    let (reports, model, served) = led_run(config(&both_out, &["rollout.ranks=2"]), 4).await;
+    for (a, b) in alone_reports.iter().zip(&reports) {
+        assert_eq!(a.samples, b.samples);
+        assert_eq!(
+            a.metrics["actor/trained_tokens"],
+            b.metrics["actor/trained_tokens"]
+        );
+    }
+    let worst = max_param_diff(&alone_model, &model);
+    assert!(
+        worst <= 1e-5,
+        "2 trainers + 2 rollout ranks differ by {worst}"
+    );
+    assert_eq!(served[0], Followed::Trained { steps: 2 });
+    assert!(matches!(
+        served[1..],
+        [Followed::Generated(_), Followed::Generated(_)]
+    ));
+
     // Stopped after its first step and resumed: the rollout ranks start on the checkpoint's
     // weights (version 1), and the run ends where the uninterrupted one did.
     let resumed_out = out_dir("disaggregated-resumed");
@@ -160,7 +181,7 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
     assert_eq!((s.weight_syncs, s.version), (2, WeightVersion(2)));
     let worst = max_param_diff(&alone_model, &resumed_model);
     assert!(worst <= 1e-5, "the resumed run differs by {worst}");
-    for dir in [alone_out, out, resumed_out] {
+    for dir in [alone_out, out, both_out, resumed_out] {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
@@ -174,7 +195,7 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         err.contains("rollout.ranks") && err.contains("one process"),
         "{err}"
     );
-    // Two processes cannot give two to rollout and still train.
+    // Two processes cannot give both to rollout: one must train.
     let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
     let err = build(config(&out, &["rollout.ranks=2"]))
         .lead(Arc::new(ranks[0].clone()))
@@ -183,7 +204,7 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         .expect("refused")
         .to_string();
     assert!(
-        err.contains("rollout.ranks") && err.contains("1 in this job of 2"),
+        err.contains("rollout.ranks") && err.contains("fewer than the job's 2"),
         "{err}"
     );
 }

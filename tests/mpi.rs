@@ -1,14 +1,15 @@
-//! roll across two processes under `mpirun -np 2` on this machine (feature `mpi`).
+//! roll across three processes under `mpirun -np 3` on this machine (feature `mpi`).
 //!
 //! Run plainly, `main` launches itself under `mpirun`; each rank then:
 //! 1. trains three steps of the tiny fixture data-parallel — its own shard of each batch, the
 //!    gradients summed over MPI — and checks that both ranks hold the same weights and that they
 //!    are those of one trainer on the whole batch (rank 0 trains that one too);
 //! 2. runs two GRPO steps of a run across processes: rank 0 runs the pipeline
-//!    (`RunBuilder::lead`), rank 1 serves it (`roll::run::follow`) as a second trainer replica;
-//! 3. runs the same two steps disaggregated (`rollout.ranks=1`): rank 0 trains, rank 1 only
-//!    generates and receives each step's weights; rank 0 checks that both runs end on the same
-//!    weights and rank 1 that it serves the trainer's last weight version.
+//!    (`RunBuilder::lead`), ranks 1 and 2 serve it (`roll::run::follow`) as trainer replicas;
+//! 3. runs the same two steps disaggregated (`rollout.ranks=1`): ranks 0 and 1 train as a
+//!    sub-group of the job, rank 2 only generates and receives each step's weights; rank 0
+//!    checks that both runs end on the same weights and rank 2 that it serves the trainer's last
+//!    weight version.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -39,12 +40,12 @@ fn main() -> ExitCode {
     }
     // Honour `cargo test -- <filter>` as a libtest binary would: nothing here matches `--list`.
     if std::env::args().any(|a| a == "--list") {
-        println!("mpirun_two_ranks: test");
+        println!("mpirun_three_ranks: test");
         return ExitCode::SUCCESS;
     }
     let exe = std::env::current_exe().expect("own path");
     let out = match Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "3"])
         .arg(exe)
         .env(CHILD, "1")
         .output()
@@ -60,10 +61,12 @@ fn main() -> ExitCode {
     let expected = [
         "rank 0: data parallel over MPI equals one trainer",
         "rank 1: data parallel over MPI equals one trainer",
+        "rank 2: data parallel over MPI equals one trainer",
         "rank 0: led 2 GRPO steps",
         "rank 1: served 2 steps",
+        "rank 2: served 2 steps",
         "rank 0: led 2 disaggregated GRPO steps, the same weights as colocated",
-        "rank 1: generated for 2 steps, serving weight version 2",
+        "rank 2: generated for 2 steps, serving weight version 2",
     ];
     let missing: Vec<&str> = expected
         .into_iter()
@@ -73,7 +76,7 @@ fn main() -> ExitCode {
         eprintln!("mpirun failed or lines are missing: {missing:?}\n{stdout}\n{stderr}");
         return ExitCode::FAILURE;
     }
-    println!("{stdout}test mpirun_two_ranks ... ok");
+    println!("{stdout}test mpirun_three_ranks ... ok");
     ExitCode::SUCCESS
 }
 

@@ -43,4 +43,4 @@
 mod world;
 
 #[cfg(feature = "mpi")]
-pub use world::{MpiReplica, MpiWorld};
+pub use world::{MpiGroup, MpiReplica, MpiWorld};

@@ -5,7 +5,7 @@ use mpi::collective::SystemOperation;
 use mpi::datatype::Equivalence;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Group, Root, Source};
 use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use roll_core::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -112,6 +112,92 @@ pub struct MpiReplica {
     device: DeviceSpec,
 }
 
+/// The ranks a [`Strategy`] of this crate spans: the whole job, or some of its ranks.
+#[derive(Debug, Clone)]
+enum Span {
+    World,
+    /// Ranks of the job, ascending; a communicator over them is made for each collective
+    /// (`MPI_Comm_create_group`, among the members alone) and freed after it.
+    Members(Arc<[i32]>),
+}
+
+/// The tag `MPI_Comm_create_group` uses among the members (not [`MESSAGE_TAG`]: its messages
+/// must never match roll's).
+const SUBGROUP_TAG: i32 = 8;
+
+/// A collective over `span`'s ranks, with the right to call MPI held.
+fn collective<T>(
+    world: &MpiWorld,
+    span: &Span,
+    body: impl FnOnce(&SimpleCommunicator) -> Result<T>,
+) -> Result<T> {
+    let (_call, comm) = world.call();
+    match span {
+        Span::World => body(&comm),
+        Span::Members(members) => {
+            let group = comm.group().include(members);
+            let sub = comm
+                .split_by_subgroup_with_tag(&group, SUBGROUP_TAG)
+                .ok_or_else(|| {
+                    strategy_error(format!(
+                        "rank {} is not a member of the group {members:?}",
+                        world.rank
+                    ))
+                })?;
+            body(&sub)
+        }
+    }
+}
+
+/// Element-wise reduction of `values` over the ranks of `comm` (`size` of them).
+fn all_reduce_on(comm: &SimpleCommunicator, values: &mut [f32], op: ReduceOp) {
+    let operation = match op {
+        ReduceOp::Sum | ReduceOp::Mean => SystemOperation::sum(),
+        ReduceOp::Max => SystemOperation::max(),
+        ReduceOp::Min => SystemOperation::min(),
+    };
+    let send = values.to_vec();
+    comm.all_reduce_into(&send[..], values, operation);
+    if op == ReduceOp::Mean {
+        let n = comm.size() as f32;
+        values.iter_mut().for_each(|v| *v /= n);
+    }
+}
+
+/// `root`'s bytes on every rank of `comm`: the length first, then the bytes.
+fn broadcast_on(comm: &SimpleCommunicator, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
+    let root = comm.process_at_rank(i32::try_from(root).unwrap_or(0));
+    let mut len = [bytes.len() as u64];
+    root.broadcast_into(&mut len[..]);
+    let len = usize::try_from(len[0])
+        .map_err(|_| strategy_error(format!("a broadcast of {} bytes", len[0])))?;
+    bytes.resize(len, 0);
+    root.broadcast_into(&mut bytes[..]);
+    Ok(())
+}
+
+fn check_root(root: usize, size: usize) -> Result<()> {
+    if root < size {
+        return Ok(());
+    }
+    Err(Error::InvalidValue {
+        key: "broadcast root".into(),
+        value: root.to_string(),
+        allowed: format!("a rank below {size}"),
+        origin: None,
+    })
+}
+
+/// Ends the job from any of its ranks.
+fn abort_job(world: &MpiWorld, reason: &str) {
+    eprintln!(
+        "roll: rank {} of {} failed, ending the MPI job: {reason}",
+        world.rank, world.size
+    );
+    let (_call, comm) = world.call();
+    comm.abort(1);
+}
+
 impl Strategy for MpiReplica {
     fn name(&self) -> String {
         format!(
@@ -136,55 +222,84 @@ impl Strategy for MpiReplica {
         if self.world.size == 1 {
             return Ok(());
         }
-        let operation = match op {
-            ReduceOp::Sum | ReduceOp::Mean => SystemOperation::sum(),
-            ReduceOp::Max => SystemOperation::max(),
-            ReduceOp::Min => SystemOperation::min(),
-        };
-        let send = values.to_vec();
-        {
-            let (_call, world) = self.world.call();
-            world.all_reduce_into(&send[..], values, operation);
-        }
-        if op == ReduceOp::Mean {
-            let n = self.world.size as f32;
-            values.iter_mut().for_each(|v| *v /= n);
-        }
-        Ok(())
+        collective(&self.world, &Span::World, |comm| {
+            all_reduce_on(comm, values, op);
+            Ok(())
+        })
     }
 
     fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
-        let size = self.world.size;
-        if root >= size {
-            return Err(Error::InvalidValue {
-                key: "broadcast root".into(),
-                value: root.to_string(),
-                allowed: format!("a rank below {size}"),
-                origin: None,
-            });
-        }
-        if size == 1 {
+        check_root(root, self.world.size)?;
+        if self.world.size == 1 {
             return Ok(());
         }
-        let (_call, world) = self.world.call();
-        let root_rank = i32::try_from(root).unwrap_or(0);
-        let root = world.process_at_rank(root_rank);
-        let mut len = [bytes.len() as u64];
-        root.broadcast_into(&mut len[..]);
-        let len = usize::try_from(len[0])
-            .map_err(|_| strategy_error(format!("a broadcast of {} bytes", len[0])))?;
-        bytes.resize(len, 0);
-        root.broadcast_into(&mut bytes[..]);
-        Ok(())
+        collective(&self.world, &Span::World, |comm| {
+            broadcast_on(comm, bytes, root)
+        })
     }
 
     fn abort(&self, reason: &str) {
-        eprintln!(
-            "roll: rank {} of {} failed, ending the MPI job: {reason}",
-            self.world.rank, self.world.size
-        );
-        let (_call, world) = self.world.call();
-        world.abort(1);
+        abort_job(&self.world, reason);
+    }
+}
+
+/// Some ranks of the job as a group of their own, with collectives among them alone (see
+/// [`Messenger::subgroup`]): the trainers of a job whose other ranks generate. Its ranks are
+/// indices into the members; a failure still ends the whole job.
+#[derive(Debug, Clone)]
+pub struct MpiGroup {
+    world: Arc<MpiWorld>,
+    span: Span,
+    rank: usize,
+    size: usize,
+    device: DeviceSpec,
+}
+
+impl Strategy for MpiGroup {
+    fn name(&self) -> String {
+        let Span::Members(members) = &self.span else {
+            return format!("mpi(world, {})", self.device);
+        };
+        format!(
+            "mpi(rank {} of group {members:?}, {})",
+            self.rank, self.device
+        )
+    }
+
+    fn devices(&self) -> Vec<DeviceSpec> {
+        vec![self.device]
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()> {
+        if self.size == 1 {
+            return Ok(());
+        }
+        collective(&self.world, &self.span, |comm| {
+            all_reduce_on(comm, values, op);
+            Ok(())
+        })
+    }
+
+    fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
+        check_root(root, self.size)?;
+        if self.size == 1 {
+            return Ok(());
+        }
+        collective(&self.world, &self.span, |comm| {
+            broadcast_on(comm, bytes, root)
+        })
+    }
+
+    fn abort(&self, reason: &str) {
+        abort_job(&self.world, reason);
     }
 }
 
@@ -207,6 +322,27 @@ impl MpiReplica {
 /// in between: a rank waiting for a message neither spins on a core nor keeps its other threads
 /// from MPI.
 impl Messenger for MpiReplica {
+    /// No message is exchanged: each collective of the group makes its communicator among the
+    /// members alone (`MPI_Comm_create_group`), so the other ranks need not take part.
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Strategy>>> {
+        roll_core::strategy::check_members(members, self.world.size)?;
+        let Some(rank) = members.iter().position(|&m| m == self.world.rank) else {
+            return Ok(None);
+        };
+        let ranks: Vec<i32> = members
+            .iter()
+            .map(|&m| i32::try_from(m))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| strategy_error(format!("ranks {members:?} beyond MPI's range")))?;
+        Ok(Some(Arc::new(MpiGroup {
+            world: self.world.clone(),
+            span: Span::Members(ranks.into()),
+            rank,
+            size: members.len(),
+            device: self.device,
+        })))
+    }
+
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let to = self.peer(to, "message receiver")?;
         if i32::try_from(bytes.len()).is_err() {

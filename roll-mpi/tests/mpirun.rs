@@ -23,7 +23,9 @@ fn collectives_agree_across_two_processes() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     for rank in 0..2 {
         assert!(
-            stdout.contains(&format!("rank {rank} of 2: collectives ok, messages ok")),
+            stdout.contains(&format!(
+                "rank {rank} of 2: collectives ok, messages ok, sub-group ok"
+            )),
             "{stdout}\n{stderr}"
         );
     }

@@ -14,7 +14,7 @@ use roll_core::config::{Config, DomainMap, LrSchedule};
 use roll_core::pipeline::{RlvrPipeline, SftExample, SftPipeline};
 use roll_core::policy::{Generate, Policy, Score};
 use roll_core::scheduler::{RlvrScheduler, Scheduler};
-use roll_core::strategy::{Messenger, Strategy};
+use roll_core::strategy::Messenger;
 use roll_core::{Env, Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::manager::{Incident, IncidentHook};
 use roll_env::{AgenticScheduler, EnvManager, EnvRegistry};
@@ -122,12 +122,13 @@ impl RunBuilder {
     /// `rollout.ranks = 0` each of them is one more replica of the actor's trainer: the steps
     /// are split across the group by tokens and their gradients summed (see
     /// [`roll_backend_burn::train::DataParallel::leader`]). With `rollout.ranks = R` the
-    /// other ranks (then exactly `R`) only generate, and after each step this rank sends them
-    /// the new weights ([`Disaggregated`]). `group` is typically `roll_mpi`'s strategy under
+    /// last `R` ranks only generate, the others train as a data-parallel group of their own,
+    /// and after each step this rank sends the rollout ranks the new weights
+    /// ([`Disaggregated`]). `group` is typically `roll_mpi`'s strategy under
     /// `mpirun` or `srun`.
     ///
-    /// [`RunBuilder::build`] then refuses `[sft]`, and `model.data_parallel` above 1 without
-    /// rollout ranks.
+    /// [`RunBuilder::build`] then refuses `[sft]`, and `model.data_parallel` above 1 where
+    /// several processes train.
     #[must_use]
     pub fn lead(mut self, group: Arc<dyn Messenger>) -> Self {
         self.group = Some(group);
@@ -228,14 +229,22 @@ impl RunBuilder {
                     Some((dir, _)) => distributed::Start::Checkpoint(dir.join(ACTOR)),
                 };
                 distributed::announce(group.as_ref(), &start)?;
-                match roles {
-                    distributed::Roles::Colocated => {
-                        let group: Arc<dyn Strategy> = group.clone();
-                        let device = plan.model.device;
-                        (Placement::Leader { device, group }, None)
+                let trainers = roles.trainer_group(group)?.ok_or_else(|| {
+                    Error::invalid_data("run", "rank 0 is not among the training ranks")
+                })?;
+                let placement = if trainers.world_size() > 1 {
+                    let device = plan.model.device;
+                    Placement::Leader {
+                        device,
+                        group: trainers,
                     }
-                    distributed::Roles::Disaggregated { rollout } => {
-                        (local, Some((group.clone(), rollout)))
+                } else {
+                    local
+                };
+                match roles {
+                    distributed::Roles::Colocated => (placement, None),
+                    distributed::Roles::Disaggregated { rollout, .. } => {
+                        (placement, Some((group.clone(), rollout)))
                     }
                 }
             }

@@ -5,8 +5,10 @@
 //! - **colocated** (`rollout.ranks = 0`): every rank is one more data-parallel replica of the
 //!   actor's trainer; rank 0 generates beside its replica.
 //! - **disaggregated** (`rollout.ranks = R > 0`): the last `R` ranks only generate, each with
-//!   its own inference engine ([`roll_backend_burn::remote`]); rank 0 trains (its replicas in
-//!   process, `model.data_parallel`) and sends them the new weights after every step.
+//!   its own inference engine ([`roll_backend_burn::remote`]); the first `N − R` ranks train, as
+//!   a data-parallel group of their own (a sub-group of the job), and rank 0 sends the rollout
+//!   ranks the new weights after every step. With one training rank its replicas are in process
+//!   (`model.data_parallel`).
 //!
 //! Before anything trains, the leader tells every rank where the actor starts — the model
 //! directory, or the checkpoint it resumes — so the others build the same model from the same
@@ -46,9 +48,11 @@ pub(crate) fn announce(group: &dyn Strategy, start: &Start) -> Result<()> {
 pub(crate) enum Roles {
     /// Every rank trains a replica; rank 0 also generates.
     Colocated,
-    /// Rank 0 trains; these ranks generate.
+    /// Ranks `0..trainers` train, the others generate.
     Disaggregated {
-        /// The rollout ranks.
+        /// Training ranks, from rank 0.
+        trainers: usize,
+        /// The rollout ranks: the rest of the job.
         rollout: Vec<usize>,
     },
 }
@@ -58,8 +62,8 @@ impl Roles {
     /// alike.
     ///
     /// # Errors
-    /// `[sft]`; `rollout.ranks` that leaves no rank or more than one rank to train;
-    /// `model.data_parallel` above 1 in a colocated job (the processes are the replicas).
+    /// `[sft]`; `rollout.ranks` that leaves no rank to train; `model.data_parallel` above 1
+    /// where several processes train (the processes are the replicas).
     pub(crate) fn of(plan: &RunPlan, world_size: usize) -> Result<Self> {
         if plan.sft.is_some() {
             return Err(Error::invalid_data(
@@ -70,34 +74,52 @@ impl Roles {
             ));
         }
         let rollout = plan.rollout_ranks;
-        if rollout == 0 {
-            if plan.model.trainer_devices.len() != 1 {
-                return Err(Error::invalid_data(
-                    "config",
-                    "`model.data_parallel` must be 1 in a run across processes without rollout \
-                     ranks: each process runs one replica, and the processes are the \
-                     data-parallel group",
-                ));
-            }
-            return Ok(Self::Colocated);
-        }
-        if rollout + 1 != world_size {
+        if rollout >= world_size {
             return Err(Error::InvalidValue {
                 key: "rollout.ranks".into(),
                 value: rollout.to_string(),
                 allowed: format!(
-                    "{} in this job of {world_size} processes: rank 0 trains (its data-parallel \
-                     replicas in process, `model.data_parallel`) and every other rank \
-                     generates; training on several processes beside rollout ranks is not \
-                     supported yet",
-                    world_size.saturating_sub(1)
+                    "fewer than the job's {world_size} processes: rank 0 trains and runs the \
+                     controller, and the last `rollout.ranks` processes generate"
                 ),
                 origin: None,
             });
         }
-        Ok(Self::Disaggregated {
-            rollout: (1..world_size).collect(),
+        let trainers = world_size - rollout;
+        if trainers > 1 && plan.model.trainer_devices.len() != 1 {
+            return Err(Error::invalid_data(
+                "config",
+                format!(
+                    "`model.data_parallel` must be 1 when {trainers} processes train: each \
+                     runs one replica, and the processes are the data-parallel group"
+                ),
+            ));
+        }
+        Ok(match rollout {
+            0 => Self::Colocated,
+            _ => Self::Disaggregated {
+                trainers,
+                rollout: (trainers..world_size).collect(),
+            },
         })
+    }
+
+    /// The group the trainers of this rank reduce over: the whole job when every rank trains,
+    /// else the training ranks' sub-group (`None` on a rollout rank). A collective: every rank
+    /// calls it once, after the start is announced.
+    ///
+    /// # Errors
+    /// A failed collective.
+    pub(crate) fn trainer_group(
+        &self,
+        job: &Arc<dyn Messenger>,
+    ) -> Result<Option<Arc<dyn Strategy>>> {
+        match self {
+            Self::Colocated => Ok(Some(job.clone())),
+            Self::Disaggregated { trainers, .. } => {
+                job.subgroup(&(0..*trainers).collect::<Vec<_>>())
+            }
+        }
     }
 }
 
@@ -156,9 +178,8 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     let start: Start = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid_data("run start from rank 0", e.to_string()))?;
     let device = roll_backend_burn::device(plan.model.device)?;
-    if let Roles::Disaggregated { rollout } = &roles
-        && rollout.contains(&group.rank())
-    {
+    let trainers = roles.trainer_group(group)?;
+    let Some(trainers) = trainers else {
         *role = "rollout";
         // The architecture and tokenizer come from the model directory; the weights from
         // rank 0, which starts every rollout rank on its actor's.
@@ -177,7 +198,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
             "the leader's run ended"
         );
         return Ok(Followed::Generated(served));
-    }
+    };
     let trainer = match start {
         Start::Weights(dir) => {
             let model = HfSource::open(&dir)?.load_model(&device)?;
@@ -185,9 +206,8 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
         }
         Start::Checkpoint(dir) => Trainer::load_checkpoint(&dir, &device)?.0,
     };
-    let strategy: Arc<dyn Strategy> = group.clone();
-    let mut trainer = trainer.with_strategy(strategy.clone());
-    let reports = roll_backend_burn::train::follow(&mut trainer, strategy.as_ref())?;
+    let mut trainer = trainer.with_strategy(trainers.clone());
+    let reports = roll_backend_burn::train::follow(&mut trainer, trainers.as_ref())?;
     tracing::info!(
         rank = group.rank(),
         steps = reports.len(),

@@ -4,7 +4,7 @@
 //! This is what data parallelism is on a device without collectives of its own (Burn's CPU
 //! backend implements none), and what tests use to check that N replicas train exactly like one.
 
-use super::{DeviceSpec, Messenger, ReduceOp, Strategy};
+use super::{DeviceSpec, Messenger, ReduceOp, Strategy, check_members};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -51,8 +51,17 @@ type Mail = BTreeMap<(usize, usize), VecDeque<Vec<u8>>>;
 /// A collective, as every replica must call it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
-    Reduce { len: usize, op: ReduceOp },
-    Broadcast { root: usize },
+    Reduce {
+        len: usize,
+        op: ReduceOp,
+    },
+    Broadcast {
+        root: usize,
+    },
+    /// A sub-group of these members (their hash: every rank must name the same).
+    Split {
+        members: u64,
+    },
 }
 
 impl std::fmt::Display for Call {
@@ -60,6 +69,7 @@ impl std::fmt::Display for Call {
         match self {
             Self::Reduce { len, op } => write!(f, "{len} values to {op:?}"),
             Self::Broadcast { root } => write!(f, "a broadcast from replica {root}"),
+            Self::Split { members } => write!(f, "a sub-group of members hashed {members:x}"),
         }
     }
 }
@@ -69,6 +79,9 @@ impl std::fmt::Display for Call {
 enum Payload {
     Values(Vec<f32>),
     Bytes(Vec<u8>),
+    /// The members of a sub-group to make (contribution), the sub-group (result).
+    Members(Vec<usize>),
+    Group(Arc<LocalGroup>),
 }
 
 /// One collective in progress.
@@ -101,7 +114,18 @@ impl LocalGroup {
             });
         }
         let world = devices.len();
-        let group = Arc::new(Self {
+        let group = Self::new(devices);
+        Ok((0..world)
+            .map(|rank| LocalReplica {
+                rank,
+                group: group.clone(),
+            })
+            .collect())
+    }
+
+    fn new(devices: Vec<DeviceSpec>) -> Arc<Self> {
+        let world = devices.len();
+        Arc::new(Self {
             devices,
             round: Mutex::new(Round {
                 contributions: vec![None; world],
@@ -110,13 +134,7 @@ impl LocalGroup {
             done: Condvar::new(),
             mail: Mutex::new(BTreeMap::new()),
             posted: Condvar::new(),
-        });
-        Ok((0..world)
-            .map(|rank| LocalReplica {
-                rank,
-                group: group.clone(),
-            })
-            .collect())
+        })
     }
 
     fn world_size(&self) -> usize {
@@ -157,7 +175,7 @@ impl LocalGroup {
 
 /// The collective's result from every replica's contribution: reductions combine them in rank
 /// order, a broadcast takes the root's.
-fn complete(contributions: &mut [Option<Payload>], call: Call) -> Payload {
+fn complete(contributions: &mut [Option<Payload>], call: Call, devices: &[DeviceSpec]) -> Payload {
     match call {
         Call::Reduce { op, .. } => {
             let values = contributions.iter().map(|c| match c {
@@ -169,6 +187,15 @@ fn complete(contributions: &mut [Option<Payload>], call: Call) -> Payload {
         Call::Broadcast { root } => contributions[root]
             .take()
             .unwrap_or(Payload::Bytes(Vec::new())),
+        Call::Split { .. } => {
+            let members = match contributions.first() {
+                Some(Some(Payload::Members(m))) => m.clone(),
+                _ => Vec::new(),
+            };
+            Payload::Group(LocalGroup::new(
+                members.iter().map(|&m| devices[m]).collect(),
+            ))
+        }
     }
 }
 
@@ -225,7 +252,7 @@ impl LocalReplica {
         round.contributions[self.rank] = Some(contribution);
         round.arrived += 1;
         if round.arrived == group.world_size() {
-            let result = complete(&mut round.contributions, call);
+            let result = complete(&mut round.contributions, call, &group.devices);
             round.result = Some(Arc::new(result));
             round.contributions.iter_mut().for_each(|c| *c = None);
             round.arrived = 0;
@@ -310,6 +337,26 @@ impl Strategy for LocalReplica {
 }
 
 impl Messenger for LocalReplica {
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Strategy>>> {
+        check_members(members, self.world_size())?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(members, &mut hasher);
+        let call = Call::Split {
+            members: std::hash::Hasher::finish(&hasher),
+        };
+        let result = self.exchange(call, Payload::Members(members.to_vec()))?;
+        let Some(rank) = members.iter().position(|&m| m == self.rank) else {
+            return Ok(None);
+        };
+        match result.as_ref() {
+            Payload::Group(group) => Ok(Some(Arc::new(LocalReplica {
+                rank,
+                group: group.clone(),
+            }))),
+            _ => Err(Error::Strategy("a split completed without a group".into())),
+        }
+    }
+
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let group = &self.group;
         group.check_rank(to, "message receiver")?;
@@ -532,6 +579,31 @@ mod tests {
             ranks[1].send(0, &[1]).is_err(),
             "a failed job sends nothing"
         );
+    }
+
+    #[test]
+    fn a_subgroup_reduces_among_its_members_only() {
+        let devices = (0..4).map(DeviceSpec::Cuda).collect();
+        let ranks = LocalGroup::replicas(devices).unwrap();
+        let out = on_each(&ranks, |r| {
+            let sub = r.subgroup(&[0, 2]).unwrap();
+            let mine = sub.as_ref().map(|g| {
+                let mut v = [r.rank() as f32 + 1.0];
+                g.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+                (g.rank(), g.world_size(), g.devices(), v[0])
+            });
+            // The job's own collectives still work beside it.
+            let mut all = [1.0];
+            r.all_reduce(&mut all, ReduceOp::Sum).unwrap();
+            (mine, all[0])
+        });
+        assert_eq!(out[0].0, Some((0, 2, vec![DeviceSpec::Cuda(0)], 4.0)));
+        assert_eq!(out[2].0, Some((1, 2, vec![DeviceSpec::Cuda(2)], 4.0)));
+        assert_eq!((out[1].0.clone(), out[3].0.clone()), (None, None));
+        assert!(out.iter().all(|o| o.1 == 4.0));
+        for bad in [&[][..], &[2, 0], &[0, 4], &[1, 1]] {
+            assert!(ranks[0].subgroup(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The [`Messenger`] trait: point-to-point messages between the ranks of a job.
 
 use super::Strategy;
-use crate::Result;
+use crate::{Error, Result};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A [`Strategy`] whose ranks can also send each other messages, one rank to one rank: how the
@@ -39,4 +40,31 @@ pub trait Messenger: Strategy {
     /// A rank that is not in the job, or a failed job
     /// ([`Error::ReplicaFailed`](crate::Error::ReplicaFailed)).
     fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>>;
+
+    /// A group of some of the job's ranks, with collectives of its own: every rank of the job
+    /// calls it with the same `members` (ranks of the job, ascending), as a collective; a member
+    /// gets its replica of the group (its rank there is its index in `members`), any other rank
+    /// `None`. How the trainers of a job with rollout ranks reduce among themselves only.
+    ///
+    /// # Errors
+    /// Members that are not distinct ascending ranks of the job, or a failed collective.
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Strategy>>>;
+}
+
+/// Checks the members of a sub-group ([`Messenger::subgroup`]): distinct ranks of a job of
+/// `world_size`, ascending, at least one.
+///
+/// # Errors
+/// [`Error::InvalidValue`] naming the members.
+pub fn check_members(members: &[usize], world_size: usize) -> Result<()> {
+    let ascending = members.windows(2).all(|w| w[0] < w[1]);
+    if !members.is_empty() && ascending && members.iter().all(|&m| m < world_size) {
+        return Ok(());
+    }
+    Err(Error::InvalidValue {
+        key: "sub-group members".into(),
+        value: format!("{members:?}"),
+        allowed: format!("distinct ranks below {world_size}, ascending, at least one"),
+        origin: None,
+    })
 }

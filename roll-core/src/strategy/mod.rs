@@ -5,6 +5,7 @@ mod messenger;
 
 pub use local::{LocalGroup, LocalReplica};
 pub use messenger::Messenger;
+pub use messenger::check_members;
 
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,6 @@
 //! Run under `mpirun -np N`: every collective of [`roll_mpi::MpiReplica`] against values worked
-//! out by hand, and its point-to-point messages. Prints `rank R of N: collectives ok, messages
-//! ok` and exits 0, or says what differed and exits 1.
+//! out by hand, its point-to-point messages and a sub-group's collectives. Prints `rank R of N:
+//! collectives ok, messages ok, sub-group ok` and exits 0, or says what differed and exits 1.
 
 use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use roll_mpi::MpiWorld;
@@ -56,8 +56,9 @@ fn check() -> Result<String, String> {
         return Err("a broadcast from a rank outside the job was accepted".into());
     }
     messages(&me)?;
+    subgroup(&me)?;
     Ok(format!(
-        "rank {} of {}: collectives ok, messages ok",
+        "rank {} of {}: collectives ok, messages ok, sub-group ok",
         me.rank(),
         me.world_size()
     ))
@@ -107,6 +108,43 @@ fn messages(me: &roll_mpi::MpiReplica) -> Result<(), String> {
     }
     if me.send(me.world_size(), &[]).is_ok() {
         return Err("a message to a rank outside the job was accepted".into());
+    }
+    Ok(())
+}
+
+/// The first and the last rank form a group: its sums cover them alone, while the other ranks
+/// are not asked to take part; then the whole job reduces again.
+fn subgroup(me: &roll_mpi::MpiReplica) -> Result<(), String> {
+    let err = |e: roll_core::Error| e.to_string();
+    let last = me.world_size() - 1;
+    let members = if last == 0 { vec![0] } else { vec![0, last] };
+    match me.subgroup(&members).map_err(err)? {
+        Some(group) => {
+            let mut v = [me.rank() as f32];
+            group.all_reduce(&mut v, ReduceOp::Sum).map_err(err)?;
+            let mut bytes = if group.rank() == 0 {
+                b"group".to_vec()
+            } else {
+                Vec::new()
+            };
+            group.broadcast(&mut bytes, 0).map_err(err)?;
+            if v[0] != last as f32 || bytes != b"group" || group.world_size() != members.len() {
+                return Err(format!(
+                    "rank {}: the group reduced {v:?}, broadcast {bytes:?}",
+                    me.rank()
+                ));
+            }
+        }
+        None if members.contains(&me.rank()) => return Err("a member got no group".into()),
+        None => {}
+    }
+    let mut all = [1.0];
+    me.all_reduce(&mut all, ReduceOp::Sum).map_err(err)?;
+    if all[0] != me.world_size() as f32 {
+        return Err(format!(
+            "rank {}: the job's sum after the group's was {all:?}",
+            me.rank()
+        ));
     }
     Ok(())
 }
