@@ -2,7 +2,7 @@
 
 use mpi::Threading;
 use mpi::collective::SystemOperation;
-use mpi::datatype::Equivalence;
+use mpi::datatype::{Equivalence, Partition, PartitionMut};
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Group, Root, Source};
@@ -176,6 +176,44 @@ fn broadcast_on(comm: &SimpleCommunicator, bytes: &mut Vec<u8>, root: usize) -> 
     Ok(())
 }
 
+/// `send[d]` to rank `d` of `comm`, every rank's part for this one back: the counts first
+/// (`MPI_Alltoall`), then the floats (`MPI_Alltoallv`).
+fn all_to_all_on(comm: &SimpleCommunicator, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+    let count = |n: usize| {
+        i32::try_from(n).map_err(|_| strategy_error(format!("an all-to-all of {n} floats")))
+    };
+    let send_counts = send
+        .iter()
+        .map(|p| count(p.len()))
+        .collect::<Result<Vec<i32>>>()?;
+    let mut recv_counts = vec![0i32; send.len()];
+    comm.all_to_all_into(&send_counts[..], &mut recv_counts[..]);
+    let displacements = |counts: &[i32]| -> Result<Vec<i32>> {
+        let mut at = 0usize;
+        counts
+            .iter()
+            .map(|&c| {
+                let here = count(at)?;
+                at += c as usize;
+                Ok(here)
+            })
+            .collect()
+    };
+    let (send_at, recv_at) = (displacements(&send_counts)?, displacements(&recv_counts)?);
+    let flat: Vec<f32> = send.concat();
+    let mut received = vec![0f32; recv_counts.iter().map(|&c| c as usize).sum()];
+    {
+        let sent = Partition::new(&flat[..], &send_counts[..], &send_at[..]);
+        let mut into = PartitionMut::new(&mut received[..], &recv_counts[..], &recv_at[..]);
+        comm.all_to_all_varcount_into(&sent, &mut into);
+    }
+    Ok(recv_at
+        .iter()
+        .zip(&recv_counts)
+        .map(|(&at, &n)| received[at as usize..(at + n) as usize].to_vec())
+        .collect())
+}
+
 fn check_root(root: usize, size: usize) -> Result<()> {
     if root < size {
         return Ok(());
@@ -238,6 +276,11 @@ impl Strategy for MpiReplica {
         })
     }
 
+    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        roll_core::strategy::check_parts(send.len(), self.world.size)?;
+        collective(&self.world, &Span::World, |comm| all_to_all_on(comm, send))
+    }
+
     fn abort(&self, reason: &str) {
         abort_job(&self.world, reason);
     }
@@ -296,6 +339,11 @@ impl Strategy for MpiGroup {
         collective(&self.world, &self.span, |comm| {
             broadcast_on(comm, bytes, root)
         })
+    }
+
+    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        roll_core::strategy::check_parts(send.len(), self.size)?;
+        collective(&self.world, &self.span, |comm| all_to_all_on(comm, send))
     }
 
     fn abort(&self, reason: &str) {

@@ -62,6 +62,7 @@ enum Call {
     Split {
         members: u64,
     },
+    AllToAll,
 }
 
 impl std::fmt::Display for Call {
@@ -70,6 +71,7 @@ impl std::fmt::Display for Call {
             Self::Reduce { len, op } => write!(f, "{len} values to {op:?}"),
             Self::Broadcast { root } => write!(f, "a broadcast from replica {root}"),
             Self::Split { members } => write!(f, "a sub-group of members hashed {members:x}"),
+            Self::AllToAll => f.write_str("an all-to-all"),
         }
     }
 }
@@ -82,6 +84,9 @@ enum Payload {
     /// The members of a sub-group to make (contribution), the sub-group (result).
     Members(Vec<usize>),
     Group(Arc<LocalGroup>),
+    /// One part per receiver (contribution); every sender's parts, by sender (result).
+    Parts(Vec<Vec<f32>>),
+    AllParts(Vec<Vec<Vec<f32>>>),
 }
 
 /// One collective in progress.
@@ -196,6 +201,15 @@ fn complete(contributions: &mut [Option<Payload>], call: Call, devices: &[Device
                 members.iter().map(|&m| devices[m]).collect(),
             ))
         }
+        Call::AllToAll => Payload::AllParts(
+            contributions
+                .iter_mut()
+                .map(|c| match c.take() {
+                    Some(Payload::Parts(parts)) => parts,
+                    _ => Vec::new(),
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -321,6 +335,20 @@ impl Strategy for LocalReplica {
             bytes.clone_from(b);
         }
         Ok(())
+    }
+
+    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        super::check_parts(send.len(), self.world_size())?;
+        let result = self.exchange(Call::AllToAll, Payload::Parts(send))?;
+        let Payload::AllParts(all) = result.as_ref() else {
+            return Err(Error::Strategy(
+                "an all-to-all completed without parts".into(),
+            ));
+        };
+        Ok(all
+            .iter()
+            .map(|parts| parts.get(self.rank).cloned().unwrap_or_default())
+            .collect())
     }
 
     fn abort(&self, reason: &str) {
@@ -604,6 +632,22 @@ mod tests {
         for bad in [&[][..], &[2, 0], &[0, 4], &[1, 1]] {
             assert!(ranks[0].subgroup(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn all_to_all_delivers_each_part_to_its_receiver() {
+        let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).unwrap();
+        let out = on_each(&ranks, |r| {
+            // Rank s sends rank d `s` copies of `10s + d` (rank 0 sends nothing).
+            let me = r.rank();
+            let send = (0..3).map(|d| vec![(10 * me + d) as f32; me]).collect();
+            r.all_to_all(send).unwrap()
+        });
+        for (d, got) in out.iter().enumerate() {
+            let want: Vec<Vec<f32>> = (0..3).map(|s| vec![(10 * s + d) as f32; s]).collect();
+            assert_eq!(got, &want);
+        }
+        assert!(ranks[0].all_to_all(vec![vec![]; 2]).is_err());
     }
 
     #[test]

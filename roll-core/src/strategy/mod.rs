@@ -147,6 +147,15 @@ pub trait Strategy: Send + Sync {
     /// A `root` that is not a rank of the group, or a failed collective.
     fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()>;
 
+    /// Sends `send[d]` to replica `d` and returns, by sender, what every replica sent this
+    /// one. `send` has one part per replica; parts may differ in length (an empty part sends
+    /// nothing). How expert parallelism dispatches tokens to the replicas that hold their
+    /// experts and brings the results back.
+    ///
+    /// # Errors
+    /// `send` without one part per replica, or a failed collective.
+    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>>;
+
     /// Tells the other replicas that this one failed and will issue no more collectives, so that
     /// those waiting in one return [`Error::ReplicaFailed`] naming this rank instead of waiting
     /// for ever. Over MPI this ends the job (`MPI_Abort`). A single replica has no one to tell.
@@ -229,6 +238,26 @@ impl Strategy for SingleDevice {
             origin: None,
         })
     }
+    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        check_parts(send.len(), 1)?;
+        Ok(send)
+    }
+}
+
+/// An all-to-all's send parts must be one per replica.
+///
+/// # Errors
+/// [`Error::InvalidValue`] naming both counts.
+pub fn check_parts(parts: usize, world_size: usize) -> Result<()> {
+    if parts == world_size {
+        return Ok(());
+    }
+    Err(Error::InvalidValue {
+        key: "all-to-all parts".into(),
+        value: parts.to_string(),
+        allowed: format!("one per replica: {world_size}"),
+        origin: None,
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Run under `mpirun -np N`: every collective of [`roll_mpi::MpiReplica`] against values worked
-//! out by hand, its point-to-point messages and a sub-group's collectives. Prints `rank R of N:
+//! out by hand (all-reduce, broadcast, all-to-all), its point-to-point messages and a sub-group's collectives. Prints `rank R of N:
 //! collectives ok, messages ok, sub-group ok` and exits 0, or says what differed and exits 1.
 
 use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
@@ -57,6 +57,20 @@ fn check() -> Result<String, String> {
     }
     messages(&me)?;
     subgroup(&me)?;
+    let n = me.world_size();
+    // Rank s sends rank d `s` copies of `10s + d` (rank 0 sends nothing).
+    let send = (0..n)
+        .map(|d| vec![(10 * me.rank() + d) as f32; me.rank()])
+        .collect();
+    let got = me.all_to_all(send).map_err(|e| e.to_string())?;
+    let want: Vec<Vec<f32>> = (0..n)
+        .map(|s| vec![(10 * s + me.rank()) as f32; s])
+        .collect();
+    if got != want {
+        return Err(format!(
+            "rank {r}: the all-to-all delivered {got:?}, not {want:?}"
+        ));
+    }
     Ok(format!(
         "rank {} of {}: collectives ok, messages ok, sub-group ok",
         me.rank(),
