@@ -1,6 +1,7 @@
 //! Run under `mpirun -np N`: every collective of [`roll_mpi::MpiReplica`] against values worked
-//! out by hand (all-reduce, broadcast, all-to-all), its point-to-point messages and a sub-group's collectives. Prints `rank R of N:
-//! collectives ok, messages ok, sub-group ok` and exits 0, or says what differed and exits 1.
+//! out by hand (all-reduce, broadcast, all-to-all), its point-to-point messages and a
+//! sub-group's collectives. Prints `rank R of N: collectives ok, messages ok, sub-group ok` and
+//! exits 0, or says what differed and exits 1.
 
 use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use roll_mpi::MpiWorld;
