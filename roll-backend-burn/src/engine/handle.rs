@@ -228,6 +228,7 @@ impl Engine {
         config: EngineConfig,
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self> {
+        model.require_all_experts("serve an inference engine (each rank's engine steps alone)")?;
         let mut engine = match kind {
             DecoderKind::Cpu => {
                 let weights = CpuDecoder::from_model(model)?;
@@ -363,6 +364,9 @@ impl Engine {
         &self,
         served: &ServedWeights,
     ) -> Result<oneshot::Receiver<Result<WeightVersion>>> {
+        served
+            .model()
+            .require_all_experts("serve an inference engine (each rank's engine steps alone)")?;
         let sync = self
             .sync
             .as_ref()

@@ -2,13 +2,16 @@
 
 use super::batch::TokenBatch;
 use super::decoder::{Architecture, Decoder, DecoderConfig};
+use super::expert_parallel::ExpertShard;
 use super::qwen2::Qwen2Config;
 use super::qwen3::Qwen3Config;
-use super::qwen3_moe::Qwen3MoeConfig;
+use super::qwen3_moe::{FeedForward, Qwen3MoeConfig};
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
+use roll_core::strategy::Strategy;
+use std::sync::Arc;
 
 /// A causal language model of any supported architecture, chosen by `config.json`'s `model_type`.
 ///
@@ -114,6 +117,63 @@ impl CausalLm {
     /// - output: `[batch, seq, vocab]`
     pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
         with_decoder!(self, m => m.logits(hidden))
+    }
+
+    /// This rank's part of an expert-parallel model over `group` (see
+    /// [`expert_parallel`](super::expert_parallel)): every mixture keeps only this rank's block
+    /// of its experts; attention, dense layers, router, shared expert and embeddings stay whole.
+    /// Every rank of `group` must shard the same model and run each forward together.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a dense model, or a group with more ranks than the
+    /// model has experts.
+    pub fn shard_experts(self, group: Arc<dyn Strategy>) -> Result<Self> {
+        let Self::Qwen3Moe(mut m) = self else {
+            return Err(BackendError::InvalidInput(
+                "expert parallelism needs a mixture of experts (qwen3_moe); this model is dense"
+                    .into(),
+            ));
+        };
+        let ranks = group.world_size();
+        let shard = ExpertShard::new(group, m.config.num_experts).ok_or_else(|| {
+            BackendError::InvalidInput(format!(
+                "{ranks} expert-parallel ranks for {} experts: each rank needs at least one",
+                m.config.num_experts
+            ))
+        })?;
+        for layer in &mut m.model.layers {
+            if let FeedForward::Sparse(block) = &mut layer.mlp {
+                block.shard(shard.clone());
+            }
+        }
+        Ok(Self::Qwen3Moe(m))
+    }
+
+    /// Whether this model holds only some of its experts ([`CausalLm::shard_experts`]): it can
+    /// score but not train, serve an engine or be saved.
+    pub fn is_expert_sharded(&self) -> bool {
+        match self {
+            Self::Qwen3Moe(m) => m
+                .model
+                .layers
+                .iter()
+                .any(|l| matches!(&l.mlp, FeedForward::Sparse(b) if b.shard.is_some())),
+            Self::Qwen2(_) | Self::Qwen3(_) => false,
+        }
+    }
+
+    /// Refuses an expert-sharded model where every expert is needed (`what` it was going to do).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] naming `what`.
+    pub(crate) fn require_all_experts(&self, what: &str) -> Result<()> {
+        if !self.is_expert_sharded() {
+            return Ok(());
+        }
+        Err(BackendError::InvalidInput(format!(
+            "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts \
+             and runs forward-only in step with its group: it cannot {what}"
+        )))
     }
 
     /// Next-token logits at every position.

@@ -6,6 +6,7 @@ mod attention;
 mod batch;
 mod causal_lm;
 mod decoder;
+pub mod expert_parallel;
 mod linear;
 mod logprobs;
 mod mlp;

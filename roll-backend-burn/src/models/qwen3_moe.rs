@@ -9,6 +9,7 @@
 
 use super::attention::AttentionSpec;
 use super::decoder::{Architecture, Decoder, DecoderConfig, FeedForwardBlock, expect_model_type};
+use super::expert_parallel::ExpertShard;
 use super::mlp::Mlp;
 use super::qwen3::{qwen3_attention, qwen3_hf};
 use crate::hf::HfConfig;
@@ -72,6 +73,7 @@ impl Qwen3MoeConfig {
                 .then(|| LinearConfig::new(hidden, 1).with_bias(false).init(device)),
             top_k: self.num_experts_per_tok,
             norm_topk_prob: self.norm_topk_prob,
+            shard: None,
         }
     }
 }
@@ -151,7 +153,7 @@ impl Architecture for Qwen3MoeConfig {
 pub struct SparseMoeBlock {
     /// Router, hidden → num_experts, no bias.
     pub gate: Linear,
-    /// The experts.
+    /// The experts (this rank's block of them when `shard` is set).
     pub experts: Vec<Mlp>,
     /// Expert applied to every token, if configured.
     pub shared_expert: Option<Mlp>,
@@ -161,9 +163,23 @@ pub struct SparseMoeBlock {
     pub top_k: usize,
     /// Renormalise the top-k probabilities.
     pub norm_topk_prob: bool,
+    /// Expert parallelism: which experts this rank holds, and the group holding the others.
+    #[module(skip)]
+    pub shard: Option<ExpertShard>,
 }
 
 impl SparseMoeBlock {
+    /// Keeps only `shard`'s experts (see [`ExpertShard`]).
+    pub(crate) fn shard(&mut self, shard: ExpertShard) {
+        let mine = shard.mine();
+        self.experts = std::mem::take(&mut self.experts)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(e, expert)| mine.contains(&e).then_some(expert))
+            .collect();
+        self.shard = Some(shard);
+    }
+
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]`
     /// - output: `[batch, seq, hidden]`
@@ -187,6 +203,22 @@ impl SparseMoeBlock {
         }
         let device = x.device();
         let flat_weights = weights.reshape([b * t * self.top_k, 1]);
+        if let Some(shard) = &self.shard {
+            let mut out =
+                match shard.forward(x.clone(), &chosen, self.top_k, flat_weights, &self.experts) {
+                    Ok(out) => out,
+                    // The forward has no error path: a failed collective (another rank failed,
+                    // which MPI ends the job for) leaves NaN, which scoring refuses by name.
+                    Err(e) => {
+                        tracing::error!("expert-parallel mixture: {e}");
+                        Tensor::<2>::full([b * t, hidden], f32::NAN, &device)
+                    }
+                };
+            if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
+                out = out + sigmoid(gate.forward(x.clone())) * shared.forward(x);
+            }
+            return out.reshape([b, t, hidden]);
+        }
         let mut out = Tensor::<2>::zeros([b * t, hidden], &device);
         for (expert, routed) in self.experts.iter().zip(&tokens_of) {
             if routed.is_empty() {

@@ -94,6 +94,7 @@ impl CriticTrainer {
         config: TrainerConfig,
         device: &Device,
     ) -> Result<Self> {
+        trunk.require_all_experts("train")?;
         let rng = TrainerRng::new(config.seed);
         Self::build(trunk, head, config, rng, device)
     }

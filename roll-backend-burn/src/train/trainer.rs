@@ -105,6 +105,7 @@ impl Trainer {
     /// [`BackendError::InvalidTrainConfig`] for a bad config, including a LoRA target that names
     /// no linear layer of the model (key `lora.target_modules`).
     pub fn new(model: CausalLm, config: TrainerConfig, device: &Device) -> Result<Self> {
+        model.require_all_experts("train")?;
         let rng = TrainerRng::new(config.seed);
         Self::build(model, config, rng, device)
     }

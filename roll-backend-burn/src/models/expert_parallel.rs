@@ -1,0 +1,177 @@
+//! Expert parallelism for Qwen3-MoE: each rank of a group holds one block of every mixture's
+//! experts; tokens travel to the ranks holding their experts and the results travel back, with
+//! two [`Strategy::all_to_all`]s per mixture layer (GShard, Lepikhin et al. 2020,
+//! arXiv:2006.16668; ROLL's Megatron `expert_model_parallel_size`).
+//!
+//! Forward only: the exchange goes through host memory, outside autodiff, so a sharded model
+//! scores (reference and old log-probs, evaluation) but does not train — [`Trainer`] refuses it,
+//! and so do the inference engine (whose ranks would not step together) and the HF writer
+//! (which would save a part of the experts).
+//!
+//! Every rank of the group must run each forward together, with its own batch (any size), as
+//! the collectives require.
+//!
+//! [`Trainer`]: crate::train::Trainer
+
+use super::mlp::Mlp;
+use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
+use roll_core::strategy::Strategy;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Which block of the experts this rank holds, and the group that holds the others. Rank `r`
+/// of `W` holds experts `⌊r·E/W⌋ .. ⌊(r+1)·E/W⌋` of `E`.
+#[derive(Clone)]
+pub struct ExpertShard {
+    group: Arc<dyn Strategy>,
+    num_experts: usize,
+}
+
+impl std::fmt::Debug for ExpertShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExpertShard")
+            .field("group", &self.group.name())
+            .field("experts", &self.range(self.group.rank()))
+            .finish()
+    }
+}
+
+impl ExpertShard {
+    /// This rank's share of `num_experts` experts over `group`; `None` when the group has more
+    /// ranks than experts (a rank would hold none).
+    pub(crate) fn new(group: Arc<dyn Strategy>, num_experts: usize) -> Option<Self> {
+        (group.world_size() <= num_experts).then_some(Self { group, num_experts })
+    }
+
+    /// The experts rank `rank` holds.
+    pub fn range(&self, rank: usize) -> Range<usize> {
+        let w = self.group.world_size();
+        rank * self.num_experts / w..(rank + 1) * self.num_experts / w
+    }
+
+    /// The rank holding expert `e`.
+    fn owner(&self, expert: usize) -> usize {
+        (0..self.group.world_size())
+            .find(|&r| self.range(r).contains(&expert))
+            .unwrap_or(0)
+    }
+
+    /// This rank's experts.
+    pub(crate) fn mine(&self) -> Range<usize> {
+        self.range(self.group.rank())
+    }
+
+    /// The mixture's output for `x` (`[tokens, hidden]`): every routed slot (token, choice, expert
+    /// in `chosen`, one row per token with `top_k` choices) is computed on the rank holding its
+    /// expert (`experts`: this rank's, in order) and weighted by `weights` (`[tokens·top_k, 1]`).
+    pub(crate) fn forward(
+        &self,
+        x: Tensor<2>,
+        chosen: &[i64],
+        top_k: usize,
+        weights: Tensor<2>,
+        experts: &[Mlp],
+    ) -> roll_core::Result<Tensor<2>> {
+        let [n, hidden] = x.dims();
+        let device = x.device();
+        let ranks = self.group.world_size();
+        let rows: Vec<f32> = x
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec()
+            .map_err(|e| roll_core::Error::Strategy(format!("{e:?}").into()))?;
+        // Dispatch: per destination rank, one record per slot routed there: the expert's index
+        // on that rank, then the token's hidden state.
+        let mut slots_to: Vec<Vec<(i32, i32)>> = vec![Vec::new(); ranks];
+        let mut send: Vec<Vec<f32>> = vec![Vec::new(); ranks];
+        for (slot, &e) in chosen.iter().enumerate() {
+            let Ok(e) = usize::try_from(e) else { continue };
+            let token = slot / top_k;
+            let to = self.owner(e);
+            slots_to[to].push((token as i32, slot as i32));
+            send[to].push((e - self.range(to).start) as f32);
+            send[to].extend_from_slice(&rows[token * hidden..(token + 1) * hidden]);
+        }
+        let received = self.group.all_to_all(send)?;
+        // Each rank's experts on what it received, answered in the order received.
+        let reply = received
+            .iter()
+            .map(|records| run_experts(records, hidden, experts, &device))
+            .collect::<roll_core::Result<Vec<_>>>()?;
+        let results = self.group.all_to_all(reply)?;
+        // Combine: each slot's result, weighted, added to its token.
+        let (mut tokens, mut slots, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        for (to, routed) in slots_to.iter().enumerate() {
+            if results[to].len() != routed.len() * hidden {
+                return Err(roll_core::Error::Strategy(
+                    format!(
+                        "rank {to} returned {} values for {} routed tokens",
+                        results[to].len(),
+                        routed.len()
+                    )
+                    .into(),
+                ));
+            }
+            tokens.extend(routed.iter().map(|&(t, _)| t));
+            slots.extend(routed.iter().map(|&(_, s)| s));
+            values.extend_from_slice(&results[to]);
+        }
+        let out = Tensor::<2>::zeros([n, hidden], &device);
+        let m = tokens.len();
+        if m == 0 {
+            return Ok(out);
+        }
+        let y = Tensor::<2>::from_data(TensorData::new(values, [m, hidden]), &device);
+        let slots = Tensor::<1, Int>::from_data(TensorData::new(slots, [m]), &device);
+        let tokens = Tensor::<1, Int>::from_data(TensorData::new(tokens, [m]), &device);
+        Ok(out.select_assign(
+            0,
+            tokens,
+            y * weights.select(0, slots),
+            IndexingUpdateOp::Add,
+        ))
+    }
+}
+
+/// The outputs of this rank's `experts` for `records` (expert index, then `hidden` values, per
+/// record), in record order.
+fn run_experts(
+    records: &[f32],
+    hidden: usize,
+    experts: &[Mlp],
+    device: &Device,
+) -> roll_core::Result<Vec<f32>> {
+    let width = hidden + 1;
+    let count = records.len() / width;
+    let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); experts.len()];
+    for (i, record) in records.chunks_exact(width).enumerate() {
+        let e = record[0] as usize;
+        rows_of
+            .get_mut(e)
+            .ok_or_else(|| {
+                roll_core::Error::Strategy(format!("a token routed to missing expert {e}").into())
+            })?
+            .push(i);
+    }
+    let mut out = vec![0f32; count * hidden];
+    for (expert, rows) in experts.iter().zip(&rows_of) {
+        if rows.is_empty() {
+            continue;
+        }
+        let mut input = Vec::with_capacity(rows.len() * hidden);
+        for &i in rows {
+            input.extend_from_slice(&records[i * width + 1..(i + 1) * width]);
+        }
+        let x = Tensor::<2>::from_data(TensorData::new(input, [rows.len(), hidden]), device);
+        let y: Vec<f32> = expert
+            .forward(x)
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec()
+            .map_err(|e| roll_core::Error::Strategy(format!("{e:?}").into()))?;
+        for (k, &i) in rows.iter().enumerate() {
+            out[i * hidden..(i + 1) * hidden].copy_from_slice(&y[k * hidden..(k + 1) * hidden]);
+        }
+    }
+    Ok(out)
+}
