@@ -9,7 +9,9 @@
 //! 3. runs the same two steps disaggregated (`rollout.ranks=1`): ranks 0 and 1 train as a
 //!    sub-group of the job, rank 2 only generates and receives each step's weights; rank 0
 //!    checks that both runs end on the same weights and rank 2 that it serves the trainer's last
-//!    weight version.
+//!    weight version;
+//! 4. runs a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
+//!    and checks it against the whole model's forward.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -67,6 +69,9 @@ fn main() -> ExitCode {
         "rank 2: served 2 steps",
         "rank 0: led 2 disaggregated GRPO steps, the same weights as colocated",
         "rank 2: generated for 2 steps, serving weight version 2",
+        "rank 0: expert-parallel forward equals the whole model",
+        "rank 1: expert-parallel forward equals the whole model",
+        "rank 2: expert-parallel forward equals the whole model",
     ];
     let missing: Vec<&str> = expected
         .into_iter()
@@ -83,7 +88,17 @@ fn main() -> ExitCode {
 fn rank_main() -> anyhow::Result<()> {
     let world = MpiWorld::init()?;
     let group: Arc<dyn Messenger> = Arc::new(world.replica(DeviceSpec::Cpu));
-    let rank = world.rank();
+    let checked = every_check(&group);
+    if let Err(e) = &checked {
+        // The other ranks may be waiting in a collective: end the job rather than let it hang.
+        group.abort(&format!("{e:#}"));
+    }
+    checked
+}
+
+fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
+    let group = group.clone();
+    let rank = group.rank();
     let worst = data_parallel_equals_one_trainer(&(group.clone() as Arc<dyn Strategy>))?;
     println!("rank {rank}: data parallel over MPI equals one trainer{worst}");
     let colocated = grpo_run_across_ranks(&group, &[])?;
@@ -100,6 +115,8 @@ fn rank_main() -> anyhow::Result<()> {
         );
         println!("rank 0: led 2 disaggregated GRPO steps, the same weights as colocated");
     }
+    let worst = expert_parallel_forward(&group)?;
+    println!("rank {rank}: expert-parallel forward equals the whole model (max |Δ| {worst:e})");
     Ok(())
 }
 
@@ -208,6 +225,62 @@ fn grpo_run_across_ranks(
     }
     let _ = std::fs::remove_dir_all(&out);
     Ok(Some(model))
+}
+
+/// Rank 0 writes a random Qwen3-MoE for every rank to load; each rank runs its own batch through
+/// its shard of the experts and through the whole model. Returns the largest difference.
+fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<f32> {
+    use roll::backend::{CausalLm, HfConfig, PaddingSide, SaveOptions, TokenBatch, save_model};
+    let device = Device::flex();
+    // Rank 0's directory (each process would name its own).
+    let mut path = out_dir("mpi-moe")
+        .to_string_lossy()
+        .into_owned()
+        .into_bytes();
+    group.broadcast(&mut path, 0)?;
+    let dir = std::path::PathBuf::from(String::from_utf8(path)?);
+    if group.rank() == 0 {
+        let mut config = HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
+        config.num_key_value_heads = Some(2);
+        config.head_dim = Some(24);
+        config.num_experts = Some(4);
+        config.num_experts_per_tok = Some(2);
+        config.moe_intermediate_size = Some(32);
+        save_model(
+            &CausalLm::init(&config, &device)?,
+            &dir,
+            &SaveOptions::default(),
+        )?;
+    }
+    group.broadcast(&mut Vec::new(), 0)?; // the model is written
+    let model = load_model(&dir, &device)?;
+    let rank = group.rank();
+    let seqs: Vec<Vec<u32>> = (0..=rank)
+        .map(|s| {
+            (0..4 + 3 * rank + s)
+                .map(|t| ((t * 29 + s * 5 + rank * 11 + 2) % 97) as u32)
+                .collect()
+        })
+        .collect();
+    let batch = TokenBatch::new(&seqs, PaddingSide::Right, 0, 97, &device)?;
+    let values = |t: Tensor<3>| t.into_data().convert::<f32>().try_into_vec::<f32>();
+    let want = values(model.forward(&batch)).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let shard = model.shard_experts(group.clone())?;
+    let got = values(shard.forward(&batch)).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let worst = want
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    anyhow::ensure!(
+        worst <= 1e-5,
+        "rank {rank}: expert-parallel logits differ by {worst}"
+    );
+    group.broadcast(&mut Vec::new(), 0)?; // every rank has read the model
+    if rank == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(worst)
 }
 
 /// Seven sequences of varied lengths from the fixture's vocabulary, advantages of both signs.

@@ -172,7 +172,10 @@ fn broadcast_on(comm: &SimpleCommunicator, bytes: &mut Vec<u8>, root: usize) -> 
     let len = usize::try_from(len[0])
         .map_err(|_| strategy_error(format!("a broadcast of {} bytes", len[0])))?;
     bytes.resize(len, 0);
-    root.broadcast_into(&mut bytes[..]);
+    // An empty Vec's pointer is dangling, which OpenMPI refuses (MPI_ERR_ARG) even for 0 bytes.
+    if len > 0 {
+        root.broadcast_into(&mut bytes[..]);
+    }
     Ok(())
 }
 
@@ -200,8 +203,11 @@ fn all_to_all_on(comm: &SimpleCommunicator, send: Vec<Vec<f32>>) -> Result<Vec<V
             .collect()
     };
     let (send_at, recv_at) = (displacements(&send_counts)?, displacements(&recv_counts)?);
-    let flat: Vec<f32> = send.concat();
-    let mut received = vec![0f32; recv_counts.iter().map(|&c| c as usize).sum()];
+    // At least one element each: an empty Vec's pointer is dangling, which OpenMPI may refuse
+    // (MPI_ERR_ARG) even when nothing is sent.
+    let mut flat: Vec<f32> = send.concat();
+    flat.push(0.0);
+    let mut received = vec![0f32; recv_counts.iter().map(|&c| c as usize).sum::<usize>() + 1];
     {
         let sent = Partition::new(&flat[..], &send_counts[..], &send_at[..]);
         let mut into = PartitionMut::new(&mut received[..], &recv_counts[..], &recv_at[..]);

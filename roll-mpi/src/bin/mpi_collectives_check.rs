@@ -53,6 +53,18 @@ fn check() -> Result<String, String> {
     if bytes != b"from the last rank" {
         return Err(format!("rank {r}: the broadcast delivered {bytes:?}"));
     }
+    // Nothing to broadcast is a broadcast too (a barrier).
+    let mut nothing = if me.rank() == 0 {
+        Vec::new()
+    } else {
+        vec![1, 2]
+    };
+    me.broadcast(&mut nothing, 0).map_err(|e| e.to_string())?;
+    if !nothing.is_empty() {
+        return Err(format!(
+            "rank {r}: an empty broadcast delivered {nothing:?}"
+        ));
+    }
     if me.broadcast(&mut bytes, me.world_size()).is_ok() {
         return Err("a broadcast from a rank outside the job was accepted".into());
     }
