@@ -272,6 +272,11 @@ fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<f32> {
         .zip(&got)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f32::max);
+    // `f32::max` passes NaN over: the logits must be finite for `worst` to mean anything.
+    anyhow::ensure!(
+        got.iter().all(|v| v.is_finite()),
+        "rank {rank}: non-finite logits"
+    );
     anyhow::ensure!(
         worst <= 1e-5,
         "rank {rank}: expert-parallel logits differ by {worst}"
