@@ -9,7 +9,11 @@
 //! (which would save a part of the experts).
 //!
 //! Every rank of the group must run each forward together, with its own batch (any size), as
-//! the collectives require.
+//! the collectives require: the same number of [`CausalLm::forward`] calls on every rank, in
+//! the same order. (Scoring's micro-batching cuts batches of different sizes into different
+//! numbers of forwards: call the forward directly, one batch per rank per call.)
+//!
+//! [`CausalLm::forward`]: crate::CausalLm::forward
 //!
 //! [`Trainer`]: crate::train::Trainer
 
