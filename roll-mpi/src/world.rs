@@ -372,7 +372,7 @@ impl MpiReplica {
 }
 
 /// Messages are `MPI_Send`s with roll's tag, received by probing (`MPI_Improbe`, then
-/// `MPI_Mrecv`) at growing intervals ([`FIRST_PROBE`] to [`LAST_PROBE`]) without holding the lock
+/// `MPI_Mrecv`) at growing intervals (10 µs, doubling up to 1 ms) without holding the lock
 /// in between: a rank waiting for a message neither spins on a core nor keeps its other threads
 /// from MPI.
 impl Messenger for MpiReplica {

@@ -152,7 +152,8 @@ pub enum Followed {
 
 /// Serves as rank `group.rank()` (≥ 1) of a run across processes whose rank 0 runs `config`
 /// with [`RunBuilder::lead`](super::RunBuilder::lead), in the role the config gives this rank
-/// (see the [module docs](self)), until the leader's run ends.
+/// (colocated: one more trainer replica; disaggregated: a trainer of the training sub-group or a
+/// rollout rank), until the leader's run ends.
 ///
 /// Every rank is started with the same config (e.g. the same command line under `mpirun` or
 /// `srun`). A failure here is reported to the whole job (it stops, naming this rank and role).

@@ -17,12 +17,12 @@
 //! # Protocol
 //! Over any [`Messenger`](roll_core::strategy::Messenger) (MPI across processes, threads in
 //! tests). Only the controller starts an exchange and each exchange is one message each way
-//! ([`wire`]): a rank never sends while the other is sending, which is what keeps MPI's
+//! (JSON, but for the weights): a rank never sends while the other is sending, which is what keeps MPI's
 //! blocking sends from deadlocking. A round carries new requests and aborts and brings back the
 //! requests that finished since the last round; the controller polls a rank while it has
 //! requests there. Weights travel as raw little-endian `f32` in buckets of at most
-//! [`BUCKET_FLOATS`], every float parameter of the model in [`Module::visit`] order
-//! ([`weights`]), and the rank answers once its engine serves them.
+//! [`BUCKET_FLOATS`], every float parameter of the model in [`Module::visit`] order, copied
+//! once on each side, and the rank answers once its engine serves them.
 //!
 //! [`Module::visit`]: burn::module::Module::visit
 
