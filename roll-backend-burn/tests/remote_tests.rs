@@ -250,7 +250,7 @@ fn a_controller_cannot_be_its_own_rollout_rank() {
     let links = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
     let link: Arc<dyn Messenger> = Arc::new(links[0].clone());
     let model = actor().model().unwrap();
-    for ranks in [vec![], vec![0]] {
+    for ranks in [vec![], vec![0], vec![1, 1], vec![2]] {
         let err = RemoteRollout::connect(link.clone(), ranks, &model, WeightVersion(0))
             .unwrap_err()
             .to_string();

@@ -112,29 +112,23 @@ pub struct MpiReplica {
     device: DeviceSpec,
 }
 
-/// The ranks a [`Strategy`] of this crate spans: the whole job, or some of its ranks.
-#[derive(Debug, Clone)]
-enum Span {
-    World,
-    /// Ranks of the job, ascending; a communicator over them is made for each collective
-    /// (`MPI_Comm_create_group`, among the members alone) and freed after it.
-    Members(Arc<[i32]>),
-}
-
 /// The tag `MPI_Comm_create_group` uses among the members (not [`MESSAGE_TAG`]: its messages
 /// must never match roll's).
 const SUBGROUP_TAG: i32 = 8;
 
-/// A collective over `span`'s ranks, with the right to call MPI held.
+/// A collective over the whole job (`members` `None`) or over some of its ranks (ascending),
+/// with the right to call MPI held. For some ranks, a communicator over them is made for the
+/// call (`MPI_Comm_create_group`, among the members alone) and freed after it: a communicator is
+/// not `Send`, so it cannot be kept by a strategy that any thread may use.
 fn collective<T>(
     world: &MpiWorld,
-    span: &Span,
+    members: Option<&[i32]>,
     body: impl FnOnce(&SimpleCommunicator) -> Result<T>,
 ) -> Result<T> {
     let (_call, comm) = world.call();
-    match span {
-        Span::World => body(&comm),
-        Span::Members(members) => {
+    match members {
+        None => body(&comm),
+        Some(members) => {
             let group = comm.group().include(members);
             let sub = comm
                 .split_by_subgroup_with_tag(&group, SUBGROUP_TAG)
@@ -266,7 +260,7 @@ impl Strategy for MpiReplica {
         if self.world.size == 1 {
             return Ok(());
         }
-        collective(&self.world, &Span::World, |comm| {
+        collective(&self.world, None, |comm| {
             all_reduce_on(comm, values, op);
             Ok(())
         })
@@ -277,14 +271,12 @@ impl Strategy for MpiReplica {
         if self.world.size == 1 {
             return Ok(());
         }
-        collective(&self.world, &Span::World, |comm| {
-            broadcast_on(comm, bytes, root)
-        })
+        collective(&self.world, None, |comm| broadcast_on(comm, bytes, root))
     }
 
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         roll_core::strategy::check_parts(send.len(), self.world.size)?;
-        collective(&self.world, &Span::World, |comm| all_to_all_on(comm, send))
+        collective(&self.world, None, |comm| all_to_all_on(comm, send))
     }
 
     fn abort(&self, reason: &str) {
@@ -298,7 +290,8 @@ impl Strategy for MpiReplica {
 #[derive(Debug, Clone)]
 pub struct MpiGroup {
     world: Arc<MpiWorld>,
-    span: Span,
+    /// Ranks of the job, ascending.
+    members: Arc<[i32]>,
     rank: usize,
     size: usize,
     device: DeviceSpec,
@@ -306,12 +299,9 @@ pub struct MpiGroup {
 
 impl Strategy for MpiGroup {
     fn name(&self) -> String {
-        let Span::Members(members) = &self.span else {
-            return format!("mpi(world, {})", self.device);
-        };
         format!(
-            "mpi(rank {} of group {members:?}, {})",
-            self.rank, self.device
+            "mpi(rank {} of group {:?}, {})",
+            self.rank, self.members, self.device
         )
     }
 
@@ -331,7 +321,7 @@ impl Strategy for MpiGroup {
         if self.size == 1 {
             return Ok(());
         }
-        collective(&self.world, &self.span, |comm| {
+        collective(&self.world, Some(&self.members), |comm| {
             all_reduce_on(comm, values, op);
             Ok(())
         })
@@ -342,14 +332,16 @@ impl Strategy for MpiGroup {
         if self.size == 1 {
             return Ok(());
         }
-        collective(&self.world, &self.span, |comm| {
+        collective(&self.world, Some(&self.members), |comm| {
             broadcast_on(comm, bytes, root)
         })
     }
 
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         roll_core::strategy::check_parts(send.len(), self.size)?;
-        collective(&self.world, &self.span, |comm| all_to_all_on(comm, send))
+        collective(&self.world, Some(&self.members), |comm| {
+            all_to_all_on(comm, send)
+        })
     }
 
     fn abort(&self, reason: &str) {
@@ -390,7 +382,7 @@ impl Messenger for MpiReplica {
             .map_err(|_| strategy_error(format!("ranks {members:?} beyond MPI's range")))?;
         Ok(Some(Arc::new(MpiGroup {
             world: self.world.clone(),
-            span: Span::Members(ranks.into()),
+            members: ranks.into(),
             rank,
             size: members.len(),
             device: self.device,

@@ -126,9 +126,17 @@ impl RemoteRollout {
         model: &CausalLm,
         version: WeightVersion,
     ) -> Result<Self> {
-        if ranks.is_empty() || ranks.contains(&link.rank()) {
+        let distinct = ranks
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == ranks.len();
+        let outside = ranks.iter().any(|&r| r >= link.world_size());
+        if ranks.is_empty() || ranks.contains(&link.rank()) || !distinct || outside {
             return Err(BackendError::InvalidInput(format!(
-                "rollout ranks {ranks:?}: give at least one, other than this rank ({})",
+                "rollout ranks {ranks:?}: give at least one, each once, ranks of the job of {} \
+                 other than this rank ({})",
+                link.world_size(),
                 link.rank()
             )));
         }
