@@ -164,7 +164,12 @@ pub enum Followed {
 pub fn follow(config: &Config, group: Arc<dyn Messenger>) -> Result<Followed> {
     let rank = group.rank();
     let mut role = "actor trainer";
-    let served = serve(config, &group, &mut role);
+    // On a thread of its own: serving blocks, which an async runtime's thread must not.
+    let served = std::thread::scope(|s| {
+        s.spawn(|| serve(config, &group, &mut role))
+            .join()
+            .unwrap_or_else(|_| Err(Error::invalid_data("follower", "serving panicked")))
+    });
     if let Err(e) = &served {
         group.abort(&format!("rank {rank} ({role}): {e}"));
     }

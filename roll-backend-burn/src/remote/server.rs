@@ -80,6 +80,9 @@ impl RolloutServer {
     /// Serves the controller at rank `controller` of `link` until it says stop: starts the
     /// engine on the first weights it sends, then answers each round and each weight sync.
     ///
+    /// Blocking: run it on a thread of its own, not on an async runtime's (its weight syncs
+    /// wait for the engine).
+    ///
     /// # Errors
     /// A broken link (the controller failed), a message out of protocol, weights that do not
     /// fit the template, an engine that cannot start or sync. A request the engine refuses is
@@ -246,20 +249,23 @@ impl Serving<'_> {
     /// `wait`, first waits for all running requests to end (they were aborted).
     fn report(&mut self, wait: bool) -> Result<()> {
         let mut finished = std::mem::take(&mut self.refused);
-        let ids: Vec<u64> = self.running.keys().copied().collect();
-        for id in ids {
-            let done = match self.running.get_mut(&id) {
-                Some(handle) if !wait => handle.try_finish(),
-                Some(_) => self.running.remove(&id).map(RequestHandle::wait),
-                None => None,
-            };
-            if let Some(outcome) = done {
-                self.running.remove(&id);
-                finished.push(Finished {
-                    id,
-                    outcome: outcome.map(Into::into).map_err(|e| e.to_string()),
+        loop {
+            self.running
+                .retain(|&id, handle| match handle.try_finish() {
+                    Some(outcome) => {
+                        finished.push(Finished {
+                            id,
+                            outcome: outcome.map(Into::into).map_err(|e| e.to_string()),
+                        });
+                        false
+                    }
+                    None => true,
                 });
+            if !wait || self.running.is_empty() {
+                break;
             }
+            // Aborted requests end at the engine's next step.
+            std::thread::sleep(Duration::from_millis(1));
         }
         let version = self
             .engine
