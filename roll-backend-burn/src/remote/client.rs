@@ -18,13 +18,27 @@ use tokio::sync::oneshot;
 /// request (tens of decode steps), long enough that polling costs nothing measurable.
 const POLL: Duration = Duration::from_millis(2);
 
+/// Prompt tokens that make a request's routing key: an agentic episode's turns share them (each
+/// turn's prompt extends the last), and so do a GRPO group's samples.
+const AFFINITY_TOKENS: usize = 64;
+
+/// How many more running requests than the least busy rank a rank may have and still take a
+/// request whose key it took last: its engine's prefix cache is worth a little imbalance, not a
+/// queue.
+const AFFINITY_SLACK: usize = 8;
+
+/// Routing keys remembered before the memory starts again (a key costs ~16 bytes).
+const AFFINITY_KEYS: usize = 1 << 16;
+
 /// How long an answer may take. Rounds are answered at once; a weight sync after the rank's
 /// engine has converted the weights, which for a large model takes a while.
 const ANSWER_WAIT: Duration = Duration::from_secs(600);
 
 /// Generation on rollout ranks: a [`Generate`] whose requests run on other ranks of the job
-/// (each [`RolloutServer::serve`](super::RolloutServer::serve)), each on the rank with the
-/// fewest of this controller's requests running. A request's [`AbortSignal`] reaches its rank
+/// (each [`RolloutServer::serve`](super::RolloutServer::serve)): a request goes to the rank
+/// that took its prompt's first 64 tokens last while that rank is within 8 running requests of
+/// the least busy (an agentic episode's next turn then finds its earlier turns in that
+/// engine's prefix cache; a GRPO group's samples stay together), else to the least busy. A request's [`AbortSignal`] reaches its rank
 /// in the next round. A request the rank's engine refuses fails alone; a rank that cannot be
 /// reached fails every request (and the run) with an error naming it.
 ///
@@ -66,6 +80,8 @@ struct State {
     weights: Option<WeightsJob>,
     /// The weight version each rank serves (by index in `ranks`).
     versions: Vec<u64>,
+    /// The rank (index) that took each routing key last ([`route`]).
+    affinity: std::collections::HashMap<u64, usize>,
     /// The failure that ended the link: every later call gets it.
     failed: Option<(usize, String)>,
     stopping: bool,
@@ -281,7 +297,12 @@ impl Shared {
         }
         let mut rounds = vec![(Vec::new(), Vec::new()); n];
         for q in std::mem::take(&mut state.queued) {
-            let rank = (0..n).min_by_key(|&r| (load[r], r)).unwrap_or(0);
+            let key = routing_key(&q.request.prompt_ids);
+            let rank = route(&load, state.affinity.get(&key).copied());
+            if state.affinity.len() >= AFFINITY_KEYS {
+                state.affinity.clear();
+            }
+            state.affinity.insert(key, rank);
             load[rank] += 1;
             rounds[rank].0.push(Submit {
                 id: q.id,
@@ -356,6 +377,26 @@ impl Shared {
             let _ = job.done.send(Err(failure(&failed)));
         }
         state.failed = Some(failed);
+    }
+}
+
+/// The key a request is routed by: its first [`AFFINITY_TOKENS`] prompt tokens.
+fn routing_key(prompt: &[u32]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    prompt[..prompt.len().min(AFFINITY_TOKENS)].hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The rank (index) a new request goes to, given each rank's running requests and the rank
+/// that took its routing key last: that rank while it is within [`AFFINITY_SLACK`] of the least
+/// busy (its prefix cache may hold the shared start), else the least busy (the lowest on a
+/// tie).
+fn route(load: &[usize], previous: Option<usize>) -> usize {
+    let least = (0..load.len()).min_by_key(|&r| (load[r], r)).unwrap_or(0);
+    match previous {
+        Some(r) if r < load.len() && load[r] <= load[least] + AFFINITY_SLACK => r,
+        _ => least,
     }
 }
 
@@ -449,4 +490,37 @@ fn answer(link: &dyn Messenger, rank: usize) -> Result<Report> {
             reason: format!("no answer in {} s", ANSWER_WAIT.as_secs()),
         })?;
     decode(&bytes, rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_follows_its_prefix_until_that_rank_is_too_busy() {
+        assert_eq!(route(&[3, 1, 1], None), 1, "least busy, lowest on a tie");
+        assert_eq!(
+            route(&[3, 1, 1], Some(0)),
+            0,
+            "2 above the least: within the slack"
+        );
+        assert_eq!(route(&[9, 1, 1], Some(0)), 0, "8 above: still within");
+        assert_eq!(
+            route(&[10, 1, 1], Some(0)),
+            1,
+            "9 above: the least busy instead"
+        );
+        assert_eq!(route(&[0, 0], Some(7)), 0, "a rank that is gone is ignored");
+    }
+
+    #[test]
+    fn the_key_is_the_prompts_start_so_later_turns_share_it() {
+        let first: Vec<u32> = (0..100).collect();
+        let mut later = first.clone();
+        later.extend([7, 8, 9]);
+        assert_eq!(routing_key(&first), routing_key(&later));
+        assert_ne!(routing_key(&first[..10]), routing_key(&first[..11]));
+        let other: Vec<u32> = (1..101).collect();
+        assert_ne!(routing_key(&first), routing_key(&other));
+    }
 }

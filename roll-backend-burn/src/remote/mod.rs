@@ -7,7 +7,10 @@
 //! - [`RolloutServer::serve`] runs on each rollout rank: an [`Engine`](crate::engine::Engine)
 //!   fed by the controller's messages.
 //! - [`RemoteRollout`] is the controller's side, a [`Generate`](roll_core::policy::Generate)
-//!   like any other: each request goes to the least busy rollout rank, aborts follow it there,
+//!   like any other: each request goes to the rollout rank that took its prompt's start last
+//!   (an agentic episode's next turn finds its earlier turns in that engine's prefix cache)
+//!   unless that rank is much busier than the least busy, which gets it then; aborts follow it
+//!   there,
 //!   and [`RemoteRollout::sync`] hands every rank new weights with their version.
 //! - [`Disaggregated`] is the actor the pipeline sees: it generates remotely, scores and trains
 //!   with the local [`BurnPolicy`](crate::BurnPolicy), and after each step that changed the
