@@ -61,6 +61,27 @@ fn trained(steps: usize) -> Vec<Followed> {
     vec![Followed::Trained { steps }]
 }
 
+/// The run in one process, on `out_dir(name)`: that directory, its step reports and final
+/// weights — what every run across ranks is compared with.
+async fn alone_run(name: &str) -> (std::path::PathBuf, Vec<StepReport>, roll::backend::CausalLm) {
+    let out = out_dir(name);
+    let mut alone = build(config(&out, &[])).build().expect("build");
+    let reports = alone.train().await.expect("train").rl;
+    let model = alone.actor().model().expect("model");
+    (out, reports, model)
+}
+
+/// Each step of `runs` drew the samples of the same step in `alone` and matches it on `keys`.
+fn same_steps(alone: &[StepReport], runs: &[StepReport], keys: &[&str]) {
+    assert_eq!(runs.len(), alone.len());
+    for (step, (a, b)) in alone.iter().zip(runs).enumerate() {
+        assert_eq!(a.samples, b.samples, "step {}", step + 1);
+        for &key in keys {
+            assert_eq!(a.metrics[key], b.metrics[key], "step {}: {key}", step + 1);
+        }
+    }
+}
+
 fn build(config: Config) -> RunBuilder {
     RunBuilder::new(config)
         .reward("first_digit", first_digit)
@@ -69,20 +90,17 @@ fn build(config: Config) -> RunBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_led_across_two_ranks_trains_as_one_process() {
-    let alone_out = out_dir("distributed-alone");
-    let mut alone = build(config(&alone_out, &[])).build().expect("build");
-    let alone_reports = alone.train().await.expect("train").rl;
-    let alone_model = alone.actor().model().expect("model");
+    let (alone_out, alone_reports, alone_model) = alone_run("distributed-alone").await;
 
     let led_out = out_dir("distributed-led");
     let (led_reports, led_model, served) = led_run(config(&led_out, &[]), 2).await;
     assert_eq!(served, trained(2));
-    assert_eq!(led_reports.len(), alone_reports.len());
-    for (a, b) in alone_reports.iter().zip(&led_reports) {
-        assert_eq!(a.samples, b.samples);
-        for key in ["actor/trained_tokens", "actor/sequences"] {
-            assert_eq!(a.metrics[key], b.metrics[key], "{key}");
-        }
+    same_steps(
+        &alone_reports,
+        &led_reports,
+        &["actor/trained_tokens", "actor/sequences"],
+    );
+    for b in &led_reports {
         let gap = b.metrics["actor/train_infer_logprob_gap"];
         assert_eq!(gap, 0.0, "the leader's replica serves the engine's bits");
     }
@@ -113,20 +131,17 @@ async fn a_run_led_across_two_ranks_trains_as_one_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_the_weights() {
-    let alone_out = out_dir("disaggregated-alone");
-    let mut alone = build(config(&alone_out, &[])).build().expect("build");
-    let alone_reports = alone.train().await.expect("train").rl;
-    let alone_model = alone.actor().model().expect("model");
+    let (alone_out, alone_reports, alone_model) = alone_run("disaggregated-alone").await;
 
     // Rank 0 trains, ranks 1 and 2 generate.
     let out = out_dir("disaggregated");
     let (reports, model, served) = led_run(config(&out, &["rollout.ranks=2"]), 3).await;
-    assert_eq!(reports.len(), alone_reports.len());
-    for (step, (a, b)) in alone_reports.iter().zip(&reports).enumerate() {
-        assert_eq!(a.samples, b.samples, "step {}", step + 1);
-        for key in ["actor/trained_tokens", "actor/sequences", "reward/mean"] {
-            assert_eq!(a.metrics[key], b.metrics[key], "step {}: {key}", step + 1);
-        }
+    same_steps(
+        &alone_reports,
+        &reports,
+        &["actor/trained_tokens", "actor/sequences", "reward/mean"],
+    );
+    for b in &reports {
         assert!(b.metrics["actor/rollout_weight_sync_s"] >= 0.0);
         assert_eq!(b.metrics["actor/train_infer_logprob_gap"], 0.0);
     }
@@ -149,13 +164,7 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
     // Two trainers (a data-parallel sub-group of the job) and two rollout ranks.
     let both_out = out_dir("disaggregated-both");
     let (reports, model, served) = led_run(config(&both_out, &["rollout.ranks=2"]), 4).await;
-    for (a, b) in alone_reports.iter().zip(&reports) {
-        assert_eq!(a.samples, b.samples);
-        assert_eq!(
-            a.metrics["actor/trained_tokens"],
-            b.metrics["actor/trained_tokens"]
-        );
-    }
+    same_steps(&alone_reports, &reports, &["actor/trained_tokens"]);
     let worst = max_param_diff(&alone_model, &model);
     assert!(
         worst <= 1e-5,

@@ -104,11 +104,7 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
     let colocated = grpo_run_across_ranks(&group, &[])?;
     let disaggregated = grpo_run_across_ranks(&group, &["rollout.ranks=1"])?;
     if let (Some(a), Some(b)) = (colocated, disaggregated) {
-        let worst = flat(&a)
-            .iter()
-            .zip(&flat(&b))
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max);
+        let worst = max_diff(&flat(&a), &flat(&b));
         anyhow::ensure!(
             worst <= 1e-5,
             "disaggregated differs from colocated by {worst}"
@@ -156,20 +152,12 @@ fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result
     anyhow::ensure!(high == low, "the replicas' weights differ across ranks");
     if let Some(alone) = alone {
         let one = flat(&alone?.inference_model()?);
-        let worst = one
-            .iter()
-            .zip(&mine)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let worst = max_diff(&one, &mine);
         anyhow::ensure!(
             worst <= 1e-5,
             "data parallel differs from one trainer by {worst}"
         );
-        let moved = flat(&load_model(FIXTURE, &device)?)
-            .iter()
-            .zip(&one)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let moved = max_diff(&flat(&load_model(FIXTURE, &device)?), &one);
         anyhow::ensure!(moved > 1e-4, "the steps changed nothing");
         return Ok(format!(
             " (max |Δ| {worst:e}, the steps moved weights by up to {moved:e})"
@@ -267,11 +255,7 @@ fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<f32> {
     let want = values(model.forward(&batch)).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let shard = model.shard_experts(group.clone())?;
     let got = values(shard.forward(&batch)).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let worst = want
-        .iter()
-        .zip(&got)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let worst = max_diff(&want, &got);
     // `f32::max` passes NaN over: the logits must be finite for `worst` to mean anything.
     anyhow::ensure!(
         got.iter().all(|v| v.is_finite()),
@@ -314,6 +298,14 @@ fn batch(seed: u64) -> TrainBatch {
         })
         .collect();
     TrainBatch::new(seqs).expect("a valid batch")
+}
+
+/// The largest |a − b| (NaN passes over: check finiteness where it can occur).
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Every parameter of `model`, end to end.

@@ -6,7 +6,7 @@ use mpi::datatype::{Equivalence, Partition, PartitionMut};
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Group, Root, Source};
-use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
+use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy, check_rank};
 use roll_core::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -214,18 +214,6 @@ fn all_to_all_on(comm: &SimpleCommunicator, send: Vec<Vec<f32>>) -> Result<Vec<V
         .collect())
 }
 
-fn check_root(root: usize, size: usize) -> Result<()> {
-    if root < size {
-        return Ok(());
-    }
-    Err(Error::InvalidValue {
-        key: "broadcast root".into(),
-        value: root.to_string(),
-        allowed: format!("a rank below {size}"),
-        origin: None,
-    })
-}
-
 /// Ends the job from any of its ranks.
 fn abort_job(world: &MpiWorld, reason: &str) {
     eprintln!(
@@ -267,7 +255,7 @@ impl Strategy for MpiReplica {
     }
 
     fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
-        check_root(root, self.world.size)?;
+        check_rank(root, self.world.size, "broadcast root")?;
         if self.world.size == 1 {
             return Ok(());
         }
@@ -328,7 +316,7 @@ impl Strategy for MpiGroup {
     }
 
     fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
-        check_root(root, self.size)?;
+        check_rank(root, self.size, "broadcast root")?;
         if self.size == 1 {
             return Ok(());
         }
@@ -351,15 +339,8 @@ impl Strategy for MpiGroup {
 
 impl MpiReplica {
     fn peer(&self, rank: usize, what: &str) -> Result<i32> {
-        match i32::try_from(rank) {
-            Ok(r) if rank < self.world.size => Ok(r),
-            _ => Err(Error::InvalidValue {
-                key: what.into(),
-                value: rank.to_string(),
-                allowed: format!("a rank below {}", self.world.size),
-                origin: None,
-            }),
-        }
+        check_rank(rank, self.world.size, what)?;
+        i32::try_from(rank).map_err(|_| strategy_error(format!("rank {rank} beyond MPI's range")))
     }
 }
 

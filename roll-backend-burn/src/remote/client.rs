@@ -442,13 +442,9 @@ fn push_weights(shared: &Shared, link: &dyn Messenger, job: &WeightsJob) -> Resu
         buckets: u32::try_from(job.buckets.len()).unwrap_or(u32::MAX),
     })?;
     for &rank in &shared.ranks {
-        let unreachable = |e: roll_core::Error| BackendError::RolloutRank {
-            rank,
-            reason: e.to_string(),
-        };
-        link.send(rank, &header).map_err(unreachable)?;
+        send(link, rank, &header)?;
         for bucket in &job.buckets {
-            link.send(rank, bucket).map_err(unreachable)?;
+            send(link, rank, bucket)?;
         }
     }
     for (index, &rank) in shared.ranks.iter().enumerate() {
@@ -470,21 +466,26 @@ fn push_weights(shared: &Shared, link: &dyn Messenger, job: &WeightsJob) -> Resu
 
 /// Sends `message` to `rank` and returns its answer.
 fn exchange(link: &dyn Messenger, rank: usize, message: &ToRollout) -> Result<Report> {
-    link.send(rank, &encode(message)?)
-        .map_err(|e| BackendError::RolloutRank {
-            rank,
-            reason: e.to_string(),
-        })?;
+    send(link, rank, &encode(message)?)?;
     answer(link, rank)
+}
+
+/// A link failure, as the error of the rank it was talking to.
+fn lost(rank: usize) -> impl Fn(roll_core::Error) -> BackendError {
+    move |e| BackendError::RolloutRank {
+        rank,
+        reason: e.to_string(),
+    }
+}
+
+fn send(link: &dyn Messenger, rank: usize, bytes: &[u8]) -> Result<()> {
+    link.send(rank, bytes).map_err(lost(rank))
 }
 
 fn answer(link: &dyn Messenger, rank: usize) -> Result<Report> {
     let bytes = link
         .receive(rank, ANSWER_WAIT)
-        .map_err(|e| BackendError::RolloutRank {
-            rank,
-            reason: e.to_string(),
-        })?
+        .map_err(lost(rank))?
         .ok_or_else(|| BackendError::RolloutRank {
             rank,
             reason: format!("no answer in {} s", ANSWER_WAIT.as_secs()),

@@ -158,15 +158,7 @@ impl LocalGroup {
     }
 
     fn check_rank(&self, rank: usize, what: &str) -> Result<()> {
-        if rank < self.world_size() {
-            return Ok(());
-        }
-        Err(Error::InvalidValue {
-            key: what.into(),
-            value: rank.to_string(),
-            allowed: format!("a rank below {}", self.world_size()),
-            origin: None,
-        })
+        super::check_rank(rank, self.world_size(), what)
     }
 
     fn failure(&self, (rank, reason): &(usize, String)) -> Error {

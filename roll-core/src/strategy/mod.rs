@@ -244,6 +244,23 @@ impl Strategy for SingleDevice {
     }
 }
 
+/// `rank` must be a rank of a group of `world_size`; `what` names the argument in the error
+/// (`broadcast root`, `message receiver`, …).
+///
+/// # Errors
+/// [`Error::InvalidValue`] naming `what`, the rank and the group's size.
+pub fn check_rank(rank: usize, world_size: usize, what: &str) -> Result<()> {
+    if rank < world_size {
+        return Ok(());
+    }
+    Err(Error::InvalidValue {
+        key: what.into(),
+        value: rank.to_string(),
+        allowed: format!("a rank below {world_size}"),
+        origin: None,
+    })
+}
+
 /// An all-to-all's send parts must be one per replica.
 ///
 /// # Errors
