@@ -181,9 +181,9 @@ pub enum BackendError {
     /// A train step failed (the objective rejected its inputs, a tensor could not be read, ...).
     #[error("train step: {0}")]
     Train(String),
-    /// A collective across data-parallel replicas failed: another replica failed, or the
-    /// replicas disagreed on the collective.
-    #[error("data-parallel group: {0}")]
+    /// A collective across ranks failed (data-parallel replicas, a tensor-parallel group):
+    /// another rank failed, or the ranks disagreed on the collective.
+    #[error("collective across ranks: {0}")]
     Collective(#[source] Box<roll_core::Error>),
 
     /// The inference engine failed a request or is no longer running.

@@ -228,7 +228,7 @@ impl Engine {
         config: EngineConfig,
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self> {
-        model.require_all_experts("serve an inference engine (each rank's engine steps alone)")?;
+        model.require_whole("serve an inference engine (each rank's engine steps alone)")?;
         let mut engine = match kind {
             DecoderKind::Cpu => {
                 let weights = CpuDecoder::from_model(model)?;
@@ -366,7 +366,7 @@ impl Engine {
     ) -> Result<oneshot::Receiver<Result<WeightVersion>>> {
         served
             .model()
-            .require_all_experts("serve an inference engine (each rank's engine steps alone)")?;
+            .require_whole("serve an inference engine (each rank's engine steps alone)")?;
         let sync = self
             .sync
             .as_ref()

@@ -92,7 +92,7 @@ impl SaveOptions {
 /// # Errors
 /// [`BackendError::Io`] / [`BackendError::Save`] naming the file that could not be written.
 pub fn save_model(model: &CausalLm, dir: impl AsRef<Path>, options: &SaveOptions) -> Result<()> {
-    model.require_all_experts("be saved")?;
+    model.require_whole("be saved")?;
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(|e| BackendError::io(dir, e))?;
     let mut config = model.hf_config();

@@ -1,14 +1,16 @@
 //! [`CausalLm`]: a model of any supported architecture, chosen by `config.json`'s `model_type`.
 
 use super::batch::TokenBatch;
-use super::decoder::{Architecture, Decoder, DecoderConfig};
+use super::decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer};
 use super::expert_parallel::ExpertShard;
+use super::mlp::Mlp;
 use super::qwen2::Qwen2Config;
 use super::qwen3::Qwen3Config;
 use super::qwen3_moe::{FeedForward, Qwen3MoeConfig};
+use super::tensor_parallel::TensorShard;
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
-use burn::module::Module;
+use burn::module::{Module, ParamId};
 use burn::tensor::{Device, Tensor};
 use roll_core::strategy::Strategy;
 use std::sync::Arc;
@@ -162,17 +164,91 @@ impl CausalLm {
         }
     }
 
-    /// Refuses an expert-sharded model where every expert is needed (`what` it was going to do).
+    /// This rank's part of a tensor-parallel model over `group` (see
+    /// [`tensor_parallel`](super::tensor_parallel)): every layer keeps its slice of the attention
+    /// heads and of the MLP; norms, embedding and LM head stay whole. Parameters keep their ids.
+    /// Every rank of `group` must shard the same model and run each forward (and training step)
+    /// together, on the same tokens.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a mixture of experts (shard its experts with
+    /// [`CausalLm::shard_experts`]), a model already sharded, or heads or MLP width that the
+    /// group's size does not divide.
+    pub fn shard_tensors(self, group: Arc<dyn Strategy>) -> Result<Self> {
+        if self.is_sharded() {
+            return Err(BackendError::InvalidInput(
+                "this model is already sharded; shard the whole model".into(),
+            ));
+        }
+        fn shard<A: Architecture<FeedForward = Mlp>>(
+            mut m: Decoder<A>,
+            group: Arc<dyn Strategy>,
+        ) -> Result<Decoder<A>> {
+            let shard = TensorShard::new(group, m.config.decoder())?;
+            m.model.layers = m
+                .model
+                .layers
+                .into_iter()
+                .map(|l| DecoderLayer {
+                    self_attn: shard.shard_attention(l.self_attn),
+                    mlp: shard.shard_mlp(l.mlp),
+                    tensor_shard: Some(shard.clone()),
+                    ..l
+                })
+                .collect();
+            Ok(m)
+        }
+        match self {
+            Self::Qwen2(m) => Ok(Self::Qwen2(shard(m, group)?)),
+            Self::Qwen3(m) => Ok(Self::Qwen3(shard(m, group)?)),
+            Self::Qwen3Moe(_) => Err(BackendError::InvalidInput(
+                "tensor parallelism covers dense qwen2/qwen3; shard a mixture of experts with \
+                 CausalLm::shard_experts"
+                    .into(),
+            )),
+        }
+    }
+
+    /// This rank's slice of a tensor-parallel model ([`CausalLm::shard_tensors`]); `None` when
+    /// it is whole.
+    pub fn tensor_shard(&self) -> Option<&TensorShard> {
+        with_decoder!(self, m => m.tensor_shard())
+    }
+
+    /// The ids of the parameters a tensor-parallel model holds a slice of (empty when whole).
+    pub(crate) fn sliced_params(&self) -> Vec<ParamId> {
+        fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>) -> Vec<ParamId> {
+            if m.tensor_shard().is_none() {
+                return Vec::new();
+            }
+            TensorShard::sliced_params(m.model.layers.iter().map(|l| (&l.self_attn, &l.mlp)))
+        }
+        match self {
+            Self::Qwen2(m) => of(m),
+            Self::Qwen3(m) => of(m),
+            Self::Qwen3Moe(_) => Vec::new(),
+        }
+    }
+
+    /// Whether this model holds only a part of its weights (expert or tensor parallel).
+    pub fn is_sharded(&self) -> bool {
+        self.is_expert_sharded() || self.tensor_shard().is_some()
+    }
+
+    /// Refuses a sharded model where the whole model is needed (`what` it was going to do).
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] naming `what`.
-    pub(crate) fn require_all_experts(&self, what: &str) -> Result<()> {
-        if !self.is_expert_sharded() {
+    pub(crate) fn require_whole(&self, what: &str) -> Result<()> {
+        let kind = if self.is_expert_sharded() {
+            "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts"
+        } else if self.tensor_shard().is_some() {
+            "a tensor-parallel model (CausalLm::shard_tensors) holds only a slice of its layers"
+        } else {
             return Ok(());
-        }
+        };
         Err(BackendError::InvalidInput(format!(
-            "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts \
-             and runs forward-only in step with its group: it cannot {what}"
+            "{kind} and runs in step with its group: it cannot {what}"
         )))
     }
 

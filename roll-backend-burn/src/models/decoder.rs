@@ -21,6 +21,7 @@ use super::linear::linear_rows;
 use super::mlp::Mlp;
 use super::norm::{rms_norm, rms_norm_hf};
 use super::rope::Rope;
+use super::tensor_parallel::TensorShard;
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::config::Config;
@@ -225,6 +226,11 @@ pub struct DecoderLayer<F: Module> {
     pub input_layernorm: RmsNorm,
     /// Norm before the feed-forward block.
     pub post_attention_layernorm: RmsNorm,
+    /// This rank's slice when the model is tensor parallel
+    /// ([`CausalLm::shard_tensors`](crate::CausalLm::shard_tensors)): the attention and
+    /// feed-forward outputs are then partial sums, completed by an all-reduce.
+    #[module(skip)]
+    pub tensor_shard: Option<TensorShard>,
 }
 
 impl<F: Module + FeedForwardBlock> DecoderLayer<F> {
@@ -239,14 +245,22 @@ impl<F: Module + FeedForwardBlock> DecoderLayer<F> {
         sin: &Tensor<4>,
         mask: &Tensor<4, Bool>,
     ) -> Tensor<3> {
+        let reduced = |partial: Tensor<3>| match &self.tensor_shard {
+            Some(shard) => shard.reduce(partial),
+            None => partial,
+        };
         let h = x.clone()
-            + self
-                .self_attn
-                .forward(rms_norm_hf(&self.input_layernorm, x), cos, sin, mask);
+            + reduced(self.self_attn.forward(
+                rms_norm_hf(&self.input_layernorm, x),
+                cos,
+                sin,
+                mask,
+            ));
         h.clone()
-            + self
-                .mlp
-                .forward(rms_norm_hf(&self.post_attention_layernorm, h))
+            + reduced(
+                self.mlp
+                    .forward(rms_norm_hf(&self.post_attention_layernorm, h)),
+            )
     }
 }
 
@@ -288,6 +302,7 @@ impl<A: Architecture> Decoder<A> {
                 mlp: config.init_feed_forward(i, device),
                 input_layernorm: norm(),
                 post_attention_layernorm: norm(),
+                tensor_shard: None,
             })
             .collect();
         Self {
@@ -303,6 +318,24 @@ impl<A: Architecture> Decoder<A> {
             }),
             rope: Rope::new(c.head_dim, c.rope_theta),
             config,
+        }
+    }
+
+    /// This rank's slice of a tensor-parallel model; `None` when the model is whole.
+    pub fn tensor_shard(&self) -> Option<&TensorShard> {
+        self.model
+            .layers
+            .first()
+            .and_then(|l| l.tensor_shard.as_ref())
+    }
+
+    /// The sizes of this rank's layers: the config's, with heads and MLP width divided among
+    /// the ranks of a tensor-parallel model.
+    pub fn local_config(&self) -> DecoderConfig {
+        let config = self.config.decoder();
+        match self.tensor_shard() {
+            Some(shard) => shard.local_config(config),
+            None => config.clone(),
         }
     }
 

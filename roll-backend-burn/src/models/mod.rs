@@ -15,6 +15,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 mod rope;
+pub mod tensor_parallel;
 mod value_head;
 
 pub use attention::{Attention, AttentionSpec, causal_padding_mask};
@@ -33,4 +34,5 @@ pub use qwen2::{Qwen2Config, Qwen2ForCausalLM};
 pub use qwen3::{Qwen3Config, Qwen3ForCausalLM};
 pub use qwen3_moe::{Qwen3MoeConfig, Qwen3MoeForCausalLM};
 pub use rope::Rope;
+pub use tensor_parallel::TensorShard;
 pub use value_head::ValueHead;

@@ -5,20 +5,25 @@
 //! does.
 
 use crate::{BackendError, Result};
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
+use std::collections::HashSet;
 
-/// Collects `Σ g²` of each parameter's gradient (one `[1]` tensor per parameter).
+/// Collects `Σ g²` of each parameter's gradient (one `[1]` tensor per parameter), and which of
+/// them are of a `sliced` parameter.
 struct SquaredNorms<'a> {
     grads: &'a GradientsParams,
+    sliced: &'a HashSet<ParamId>,
     parts: Vec<Tensor<1>>,
+    is_sliced: Vec<bool>,
 }
 
 impl ModuleVisitor for SquaredNorms<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(g) = self.grads.get::<D>(param.id) {
             self.parts.push(g.square().sum());
+            self.is_sliced.push(self.sliced.contains(&param.id));
         }
     }
 }
@@ -45,20 +50,40 @@ impl ModuleVisitor for Scale<'_> {
 /// # Errors
 /// [`BackendError::Train`] if the sums cannot be read back.
 pub fn global_grad_norm<M: Module>(module: &M, grads: &GradientsParams) -> Result<f64> {
+    let [whole, _] = squared_norms(module, grads, &HashSet::new())?;
+    Ok(whole.sqrt())
+}
+
+/// `Σ g²` over the gradients of `module`'s parameters, split in two: those not in `sliced`, and
+/// those in it (a tensor-parallel rank's slices, whose squares the group adds up).
+///
+/// # Errors
+/// As [`global_grad_norm`].
+pub(crate) fn squared_norms<M: Module>(
+    module: &M,
+    grads: &GradientsParams,
+    sliced: &HashSet<ParamId>,
+) -> Result<[f64; 2]> {
     let mut v = SquaredNorms {
         grads,
+        sliced,
         parts: Vec::new(),
+        is_sliced: Vec::new(),
     };
     module.visit(&mut v);
     if v.parts.is_empty() {
-        return Ok(0.0);
+        return Ok([0.0; 2]);
     }
     let sums = Tensor::cat(v.parts, 0)
         .into_data()
         .convert::<f32>()
         .try_into_vec::<f32>()
         .map_err(|e| BackendError::Train(format!("cannot read gradient norms: {e:?}")))?;
-    Ok(sums.iter().map(|&s| f64::from(s)).sum::<f64>().sqrt())
+    let mut out = [0.0; 2];
+    for (s, sliced) in sums.iter().zip(v.is_sliced) {
+        out[usize::from(sliced)] += f64::from(*s);
+    }
+    Ok(out)
 }
 
 /// Scales all gradients by `max_norm / (norm + 1e-6)` when that is below 1, exactly as

@@ -2,20 +2,20 @@
 //! tensors of a micro-batch, the optimiser core (clip → schedule → AdamW) and the step report.
 
 use super::adamw::{FusedAdamW, GradScale};
-use super::clip::{clip_coefficient, global_grad_norm};
+use super::clip::{clip_coefficient, global_grad_norm, squared_norms};
 use super::config::TrainerConfig;
 use super::group::Group;
 use super::lora::TrainerRng;
 use super::schedule::lr_at;
-use crate::models::{PaddingSide, TokenBatch};
+use crate::models::{PaddingSide, TensorShard, TokenBatch};
 use crate::{BackendError, Result};
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, ModuleOptimizer, OptimizerRecord};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use roll_algos::loss::Denominators;
 use roll_core::strategy::{ReduceOp, Strategy};
 use roll_core::{TrainBatch, TrainSequence};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 /// The result of one train step: the main numbers as fields, everything (these included) in
@@ -418,6 +418,9 @@ pub(crate) struct Core<M: Module> {
     pub ad_device: Device,
     /// The data-parallel group this trainer is one replica of; `None` when it trains alone.
     group: Option<Group>,
+    /// A tensor-parallel rank's slice and the parameters it holds a slice of (their squared
+    /// gradients are summed over the slice's group for the global norm).
+    tensor: Option<(TensorShard, HashSet<ParamId>)>,
 }
 
 impl<M: Module> Core<M> {
@@ -434,7 +437,26 @@ impl<M: Module> Core<M> {
             ad_device: device.clone().autodiff(),
             device,
             group: None,
+            tensor: None,
         }
+    }
+
+    /// Makes this trainer one rank of a tensor-parallel model: `sliced` are the parameters it
+    /// holds a slice of.
+    pub(crate) fn slice(&mut self, shard: TensorShard, sliced: Vec<ParamId>) {
+        self.tensor = Some((shard, sliced.into_iter().collect()));
+    }
+
+    /// The global L2 norm of `grads`: on a tensor-parallel rank, the whole parameters' squares
+    /// (the same on every rank) once, plus every rank's slices'.
+    fn grad_norm(&self, grads: &GradientsParams) -> Result<f64> {
+        let Some((shard, sliced)) = &self.tensor else {
+            return global_grad_norm(self.module()?, grads);
+        };
+        let [whole, mine] = squared_norms(self.module()?, grads, sliced)?;
+        let mut all = [mine as f32];
+        shard.all_reduce(&mut all)?;
+        Ok((whole + f64::from(all[0])).sqrt())
     }
 
     /// Makes this trainer one replica of `strategy`'s data-parallel group.
@@ -511,7 +533,7 @@ impl<M: Module> Core<M> {
     /// coefficient applied inside the update's pass. A non-finite gradient norm skips the update.
     pub(crate) fn apply(&mut self, grads: GradientsParams) -> Result<Applied> {
         let lr = lr_at(&self.config, self.step);
-        let grad_norm = global_grad_norm(self.module()?, &grads)?;
+        let grad_norm = self.grad_norm(&grads)?;
         self.grad_scale.set(
             self.config
                 .max_grad_norm

@@ -94,7 +94,7 @@ impl CriticTrainer {
         config: TrainerConfig,
         device: &Device,
     ) -> Result<Self> {
-        trunk.require_all_experts("train")?;
+        trunk.require_whole("train")?;
         let rng = TrainerRng::new(config.seed);
         Self::build(trunk, head, config, rng, device)
     }
@@ -346,7 +346,7 @@ impl CriticTrainer {
         if let Some(bias) = &bias {
             sink.add_vector(bias, vec![dv.iter().sum()]);
         }
-        fused::backward_from_hidden(weights, &packed, tape, &dh_rows, &mut sink);
+        fused::backward_from_hidden(weights, &packed, tape, &dh_rows, &mut sink)?;
         Ok((sink.into_params(device), out))
     }
 

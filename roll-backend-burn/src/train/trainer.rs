@@ -104,10 +104,34 @@ impl Trainer {
     /// # Errors
     /// [`BackendError::InvalidTrainConfig`] for a bad config, including a LoRA target that names
     /// no linear layer of the model (key `lora.target_modules`).
+    ///
+    /// A tensor-parallel model ([`CausalLm::shard_tensors`]) trains on the fused CPU path, every
+    /// rank of its group stepping together on the same batch; [`BackendError::InvalidInput`]
+    /// where that path does not run it (another device, `kernels = "autodiff"`, LoRA).
     pub fn new(model: CausalLm, config: TrainerConfig, device: &Device) -> Result<Self> {
-        model.require_all_experts("train")?;
+        if model.is_expert_sharded() {
+            model.require_whole("train")?;
+        }
+        let tensor = model.tensor_shard().cloned();
+        if tensor.is_some()
+            && (config.lora.is_some()
+                || fused::kernels_for(&config, &device.clone().inner(), &model)
+                    != TrainKernels::Auto)
+        {
+            return Err(BackendError::InvalidInput(
+                "a tensor-parallel model (CausalLm::shard_tensors) trains on the fused CPU path \
+                 only (the cpu device, kernels = \"auto\", no LoRA): Burn's autodiff does not \
+                 see the all-reduces of its layers"
+                    .into(),
+            ));
+        }
+        let sliced = model.sliced_params();
         let rng = TrainerRng::new(config.seed);
-        Self::build(model, config, rng, device)
+        let mut trainer = Self::build(model, config, rng, device)?;
+        if let Some(shard) = tensor {
+            trainer.core.slice(shard, sliced);
+        }
+        Ok(trainer)
     }
 
     fn build(
@@ -366,7 +390,7 @@ impl Trainer {
         let d_logp = fused::leaf_grad(logp.grad(&grads), &chunk.seqs, chunk.width)?;
         let d_entropy = fused::leaf_grad(entropy.grad(&grads), &chunk.seqs, chunk.width)?;
         let mut sink = fused::GradSink::default();
-        fused::backward(weights, &packed, tape, &d_logp, &d_entropy, &mut sink);
+        fused::backward(weights, &packed, tape, &d_logp, &d_entropy, &mut sink)?;
         Ok((sink.into_params(device), out.metrics))
     }
 

@@ -298,7 +298,7 @@ impl CpuDecoder {
             };
             let attn_t = transpose(&attn, n, q_width);
             rec.attention(probs, &attn_t);
-            add_in_place(&mut xt, &layer.o.forward(&attn_t, n));
+            add_in_place(&mut xt, &self.reduced(layer.o.forward(&attn_t, n))?);
 
             // MLP block.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.post_norm);
@@ -306,9 +306,18 @@ impl CpuDecoder {
             let gate_up = layer.gate_up.forward(&normed, n);
             let act = silu_mul(&gate_up);
             rec.mlp_hidden(&gate_up, &act);
-            add_in_place(&mut xt, &layer.down.forward(&act, n));
+            add_in_place(&mut xt, &self.reduced(layer.down.forward(&act, n))?);
         }
         Ok(xt)
+    }
+
+    /// A block's output from this rank's partial sum (a tensor-parallel model), or the output
+    /// itself.
+    fn reduced(&self, mut partial: Vec<f32>) -> Result<Vec<f32>> {
+        if let Some(shard) = &self.w.tensor_shard {
+            shard.all_reduce(&mut partial)?;
+        }
+        Ok(partial)
     }
 
     /// The final norm of the tokens `at` of a final residual stream `xt` (`[hidden, cols]`):

@@ -4,7 +4,7 @@
 
 use super::linear::Linear;
 use super::norm::Norm;
-use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
+use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, TensorShard};
 use crate::{BackendError, Result};
 use burn::module::Param;
 use burn::nn::{Linear as BurnLinear, RmsNorm};
@@ -61,6 +61,9 @@ pub(crate) struct Weights {
     pub lm_head: Linear,
     /// RoPE inverse frequencies `[head_dim / 2]`.
     pub inv_freq: Vec<f32>,
+    /// This rank's slice of a tensor-parallel model (its heads and MLP units; [`Dims`] are its
+    /// own): the attention and MLP outputs are partial sums the group adds up.
+    pub tensor_shard: Option<TensorShard>,
 }
 
 /// The parts of a dense Qwen model the decoder reads; Qwen2 and Qwen3 differ only in sizes,
@@ -72,12 +75,13 @@ struct Parts<'a> {
     layers: Vec<(&'a Attention, &'a Mlp, &'a RmsNorm, &'a RmsNorm)>,
     norm: &'a RmsNorm,
     lm_head: Option<&'a BurnLinear>,
+    tensor_shard: Option<&'a TensorShard>,
 }
 
 impl<'a> Parts<'a> {
     /// The parts of a decoder whose every layer has a dense MLP.
     fn of<A: Architecture<FeedForward = Mlp>>(m: &'a Decoder<A>) -> Self {
-        let c = m.config.decoder();
+        let c = m.local_config();
         Parts {
             dims: Dims {
                 vocab: c.vocab_size,
@@ -104,6 +108,7 @@ impl<'a> Parts<'a> {
                 .collect(),
             norm: &m.model.norm,
             lm_head: m.lm_head.as_ref(),
+            tensor_shard: m.tensor_shard(),
         }
     }
 }
@@ -220,6 +225,7 @@ fn build(p: &Parts<'_>, device: &Device) -> Result<Weights> {
         final_norm: norm(p.norm, hidden, "norm")?,
         lm_head,
         inv_freq: p.inv_freq.to_vec(),
+        tensor_shard: p.tensor_shard.cloned(),
     })
 }
 

@@ -286,7 +286,7 @@ pub(crate) fn backward(
     d_logp: &[f32],
     d_entropy: &[f32],
     sink: &mut GradSink,
-) {
+) -> Result<()> {
     let h = w.hidden;
     let mut dw_head = w.head_trains.then(|| vec![0.0; w.vocab * h]);
     let dh_rows = head::backward(
@@ -309,13 +309,27 @@ pub(crate) fn backward(
 
 /// The backward from the gradient of the loss with respect to the final norm's output at the
 /// scored rows (`dh_rows`, `[rows, hidden]`): every trunk parameter's gradient, into `sink`.
+///
+/// On a tensor-parallel rank the gradient entering each block's norm from its column-parallel
+/// projections is this rank's heads' (units') part only; it is summed over the group before the
+/// norm's backward (Megatron's `f`), so every rank carries the same residual gradient. So are the
+/// gradients of the QK-norm gains, which every head shares.
+///
+/// # Errors
+/// [`BackendError::Collective`] when a tensor-parallel all-reduce fails.
 pub(crate) fn backward_from_hidden(
     w: &Weights,
     p: &Packed,
     tape: Tape,
     dh_rows: &[f32],
     sink: &mut GradSink,
-) {
+) -> Result<()> {
+    let completed = |mut partial: Vec<f32>| -> Result<Vec<f32>> {
+        if let Some(shard) = &w.tensor_shard {
+            shard.all_reduce(&mut partial)?;
+        }
+        Ok(partial)
+    };
     let (n, h, d) = (p.tokens.len(), w.hidden, w.heads.dim);
     let Tape {
         layers,
@@ -338,6 +352,7 @@ pub(crate) fn backward_from_hidden(
         let (d_gate, d_up) = swiglu::backward(&t.rows.gate, &t.rows.up, &d_act);
         let mut dh2 = linear_backward(&t.h2_t, d_gate, &l.gate, sink);
         mm::add_in_place(&mut dh2, &linear_backward(&t.h2_t, d_up, &l.up, sink));
+        let dh2 = completed(dh2)?;
         let mut dg2 = vec![0.0; h];
         let mut dxm = norm::backward(&t.rows.xm, &t.rows.r2, &l.post_norm.values, &dh2, &mut dg2);
         sink.add_vector(&l.post_norm, dg2);
@@ -356,16 +371,18 @@ pub(crate) fn backward_from_hidden(
         rope::rotate(&mut dq, &p.positions, d, &cos, &sin, true);
         rope::rotate(&mut dk, &p.positions, d, &cos, &sin, true);
         if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.rows.qk_pre) {
+            // The QK-norm gains are shared by every head: a rank sums over its own heads only.
             let mut dgq = vec![0.0; d];
             dq = norm::backward(q_pre, rq, &qn.values, &dq, &mut dgq);
-            sink.add_vector(qn, dgq);
+            sink.add_vector(qn, completed(dgq)?);
             let mut dgk = vec![0.0; d];
             dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
-            sink.add_vector(kn, dgk);
+            sink.add_vector(kn, completed(dgk)?);
         }
         let mut dh1 = linear_backward(&t.h1_t, dq, &l.q, sink);
         mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink));
         mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink));
+        let dh1 = completed(dh1)?;
         let mut dg1 = vec![0.0; h];
         dx = norm::backward(&t.rows.x, &t.rows.r1, &l.input_norm.values, &dh1, &mut dg1);
         sink.add_vector(&l.input_norm, dg1);
@@ -379,4 +396,5 @@ pub(crate) fn backward_from_hidden(
         }
         sink.add_matrix(w.embed.id, [w.vocab, h], d_embed);
     }
+    Ok(())
 }

@@ -7,7 +7,7 @@ use super::attention::Heads;
 use super::head::Head;
 use super::mm::{Mat, PackedB};
 use crate::engine::cpu::CpuDecoder;
-use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp};
+use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, TensorShard};
 use crate::{BackendError, Result};
 use burn::module::{Param, ParamId};
 use burn::nn::{Linear, RmsNorm};
@@ -85,6 +85,9 @@ pub(crate) struct Weights {
     pub inv_freq: Vec<f32>,
     /// The same weights in the CPU decoder's layout: the forward runs on the decoder's kernels.
     pub decoder: CpuDecoder,
+    /// This rank's slice of a tensor-parallel model (`heads` and the MLP are its own): the
+    /// backward completes the gradient entering each block over the group.
+    pub tensor_shard: Option<TensorShard>,
 }
 
 /// A parameter's values (flattened), id and whether it trains.
@@ -184,7 +187,7 @@ fn layer(attn: &Attention, mlp: &Mlp, input: &RmsNorm, post: &RmsNorm, i: usize)
 }
 
 fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -> Result<Weights> {
-    let c = m.config.decoder();
+    let c = m.local_config();
     let layers = m
         .model
         .layers
@@ -238,6 +241,7 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
         head_trains,
         inv_freq: m.rope.inv_freq().to_vec(),
         decoder,
+        tensor_shard: m.tensor_shard().cloned(),
     })
 }
 

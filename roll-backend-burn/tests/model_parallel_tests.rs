@@ -1,0 +1,493 @@
+//! Model parallelism on threads, each rank a thread of a `LocalGroup` (the same code runs across
+//! processes in `tests/mpi.rs` at the workspace root):
+//! - expert parallelism of Qwen3-MoE: each rank holds a block of every mixture's experts, runs the
+//!   forward of its own batch, and gets the logits of the whole model;
+//! - tensor parallelism of dense Qwen2/Qwen3: each rank holds a slice of every layer's heads and
+//!   MLP; its forward (Burn's and the CPU decoder's) gives the whole model's logits and log-probs,
+//!   and a training step on the fused CPU path leaves every rank with its slice of the weights
+//!   one whole trainer reaches.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use roll_backend_burn::engine::cpu::CpuDecoder;
+use roll_backend_burn::engine::{Engine, EngineConfig};
+use roll_backend_burn::train::{LoraConfig, TrainKernels, TrainStepReport, Trainer, TrainerConfig};
+use roll_backend_burn::{
+    CausalLm, Device, HfConfig, PaddingSide, SaveOptions, TokenBatch, load_model, save_model,
+};
+use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
+use roll_core::rng::SplitMix64;
+use roll_core::strategy::{DeviceSpec, LocalGroup, Strategy};
+use roll_core::{SampleId, TrainBatch, TrainSequence};
+use std::collections::HashMap;
+use std::sync::Arc;
+use support::{fixture, max_abs_diff, qwen3_moe_config};
+
+/// Rank `rank`'s batch: its own sequences, lengths and padding.
+fn batch(rank: usize, vocab: usize) -> TokenBatch {
+    let seqs: Vec<Vec<u32>> = (0..=rank)
+        .map(|s| {
+            (0..3 + 2 * rank + s)
+                .map(|t| ((t * 31 + s * 7 + rank * 13 + 1) % vocab) as u32)
+                .collect()
+        })
+        .collect();
+    TokenBatch::new(&seqs, PaddingSide::Right, 0, vocab, &Device::flex()).unwrap()
+}
+
+fn values(t: burn::tensor::Tensor<3>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_into_vec().unwrap()
+}
+
+#[test]
+fn expert_parallel_forward_equals_the_whole_model_on_every_rank() {
+    let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
+    let vocab = model.vocab_size();
+    // 4 experts over 2 ranks (2 + 2) and over 3 ranks (1 + 1 + 2).
+    for ranks in [2usize, 3] {
+        let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).unwrap();
+        let results: Vec<(f32, usize, usize)> = std::thread::scope(|s| {
+            let handles: Vec<_> = group
+                .iter()
+                .map(|replica| {
+                    let model = &model;
+                    s.spawn(move || {
+                        let rank = replica.rank();
+                        let want = values(model.forward(&batch(rank, vocab)));
+                        let strategy: Arc<dyn Strategy> = Arc::new(replica.clone());
+                        let shard = model.clone().shard_experts(strategy).unwrap();
+                        assert!(shard.is_expert_sharded() && !model.is_expert_sharded());
+                        let got = values(shard.forward(&batch(rank, vocab)));
+                        // `f32::max` passes NaN over: finite logits make `worst` mean something.
+                        assert!(got.iter().all(|v| v.is_finite()), "rank {rank}: non-finite");
+                        let worst = want
+                            .iter()
+                            .zip(&got)
+                            .map(|(a, b)| (a - b).abs())
+                            .fold(0.0, f32::max);
+                        (worst, shard.num_params(), got.len())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, &(worst, params, len)) in results.iter().enumerate() {
+            assert!(len > 0);
+            assert!(
+                worst <= 1e-5,
+                "{ranks} ranks, rank {rank}: logits differ by {worst}"
+            );
+            assert!(
+                params < model.num_params(),
+                "rank {rank} holds fewer parameters"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_expert_parallel_model_scores_only() {
+    let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
+    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu]).unwrap();
+    let strategy: Arc<dyn Strategy> = Arc::new(group[0].clone());
+    let shard = model.clone().shard_experts(strategy.clone()).unwrap();
+    let device = Device::flex();
+    let refusals = [
+        Trainer::new(shard.clone(), TrainerConfig::default(), &device)
+            .err()
+            .map(|e| e.to_string()),
+        Engine::for_model(&shard, &device, EngineConfig::default(), None)
+            .err()
+            .map(|e| e.to_string()),
+        save_model(
+            &shard,
+            std::env::temp_dir().join("roll-ep-refused"),
+            &SaveOptions::default(),
+        )
+        .err()
+        .map(|e| e.to_string()),
+    ];
+    for (what, err) in ["train", "serve an inference engine", "be saved"]
+        .iter()
+        .zip(refusals)
+    {
+        let err = err.unwrap_or_else(|| panic!("a sharded model was allowed to {what}"));
+        assert!(
+            err.contains("expert-parallel") && err.contains(what),
+            "{err}"
+        );
+    }
+    // A dense model has no experts to share, and each rank needs one.
+    let dense = load_model(fixture("tiny-qwen2"), &device).unwrap();
+    let err = dense.shard_experts(strategy).unwrap_err().to_string();
+    assert!(err.contains("mixture of experts"), "{err}");
+    let five = LocalGroup::replicas(vec![DeviceSpec::Cpu; 5]).unwrap();
+    let err = model
+        .shard_experts(Arc::new(five[0].clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("5 expert-parallel ranks for 4 experts"),
+        "{err}"
+    );
+}
+
+// ---- Tensor parallelism ----
+
+/// Runs `body` on every rank of a group of `ranks` threads; the results by rank.
+fn on_ranks<T: Send>(ranks: usize, body: impl Fn(Arc<dyn Strategy>) -> T + Sync) -> Vec<T> {
+    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .iter()
+            .map(|replica| {
+                let body = &body;
+                let strategy: Arc<dyn Strategy> = Arc::new(replica.clone());
+                s.spawn(move || body(strategy))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The tiny Qwen2 fixture (q/k/v biases, tied head, 4 heads over 2 key/value heads, MLP 352).
+fn qwen2() -> CausalLm {
+    load_model(fixture("tiny-qwen2-sft"), &Device::flex()).unwrap()
+}
+
+/// A random Qwen3 (QK-norm, untied head): vocabulary 97, hidden 64, 2 layers, 4 heads over 2,
+/// head_dim 16, MLP 96.
+fn qwen3() -> CausalLm {
+    let mut c = HfConfig::new("qwen3", 97, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(16);
+    c.tie_word_embeddings = false;
+    let m = CausalLm::init(&c, &Device::flex()).unwrap();
+    // Give every lazy parameter its value before the model is cloned.
+    let _ = support::params(&m);
+    m
+}
+
+/// Sequences of different lengths over `vocab`.
+fn sequences(vocab: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut rng = SplitMix64::new(seed);
+    (0..4)
+        .map(|i| {
+            (0..5 + 3 * i)
+                .map(|_| (rng.next_u64() % vocab as u64) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// Every sequence scored from its third token on.
+fn score_request(seqs: &[Vec<u32>]) -> ScoreRequest {
+    ScoreRequest {
+        sequences: seqs
+            .iter()
+            .map(|s| ScoreSequence {
+                prompt_ids: s[..2].to_vec(),
+                response_ids: s[2..].to_vec(),
+            })
+            .collect(),
+        with_entropy: true,
+        ..Default::default()
+    }
+}
+
+/// Logits of the Burn forward, and log-probs and entropies of the CPU decoder, of `seqs`.
+fn outputs(model: &CausalLm, seqs: &[Vec<u32>]) -> [Vec<f32>; 2] {
+    let batch = TokenBatch::new(
+        seqs,
+        PaddingSide::Right,
+        0,
+        model.vocab_size(),
+        &Device::flex(),
+    )
+    .unwrap();
+    let scores = CpuDecoder::from_model(model)
+        .unwrap()
+        .score(&score_request(seqs))
+        .unwrap();
+    let scored = scores
+        .into_iter()
+        .flat_map(|s| s.logprobs.into_iter().chain(s.entropy.unwrap_or_default()))
+        .collect();
+    [values(model.forward(&batch)), scored]
+}
+
+#[test]
+fn tensor_parallel_forward_equals_the_whole_model_on_every_rank() {
+    for (name, model) in [("qwen2", qwen2()), ("qwen3", qwen3())] {
+        let seqs = sequences(model.vocab_size(), 7);
+        let want = outputs(&model, &seqs);
+        let per_rank = on_ranks(2, |group| {
+            let shard = model.clone().shard_tensors(group).unwrap();
+            assert!(shard.tensor_shard().is_some() && model.tensor_shard().is_none());
+            (outputs(&shard, &seqs), shard.num_params())
+        });
+        for (rank, (got, params)) in per_rank.iter().enumerate() {
+            for (path, want, got) in [("burn", &want[0], &got[0]), ("cpu", &want[1], &got[1])] {
+                assert_eq!(want.len(), got.len());
+                // `f32::max` passes NaN over: finite outputs make the bound mean something.
+                assert!(
+                    got.iter().all(|v| v.is_finite()),
+                    "{name} {path} rank {rank}"
+                );
+                let worst = max_abs_diff(want, got);
+                assert!(
+                    worst <= 1e-5,
+                    "{name} {path} rank {rank}: differs by {worst}"
+                );
+            }
+            assert!(
+                *params < model.num_params(),
+                "{name} rank {rank} holds a slice"
+            );
+        }
+    }
+}
+
+type Values = HashMap<ParamId, (Vec<usize>, Vec<f32>)>;
+
+/// Every float parameter of a module (or its gradient in `grads`): id → (shape, values).
+#[derive(Default)]
+struct ById<'a> {
+    grads: Option<&'a GradientsParams>,
+    out: Values,
+}
+
+impl ModuleVisitor for ById<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let t = match self.grads {
+            Some(g) => match g.get::<D>(p.id) {
+                Some(t) => t,
+                None => return,
+            },
+            None => p.val(),
+        };
+        let shape = t.dims().to_vec();
+        let v = t.into_data().convert::<f32>().try_into_vec().unwrap();
+        self.out.insert(p.id, (shape, v));
+    }
+}
+
+fn by_id(m: &CausalLm, grads: Option<&GradientsParams>) -> Values {
+    let mut v = ById {
+        grads,
+        ..Default::default()
+    };
+    m.visit(&mut v);
+    v.out
+}
+
+/// One step of `trainer` on `batch`: the gradients by id, then the update's report.
+fn step(trainer: &mut Trainer, batch: &TrainBatch) -> (Values, TrainStepReport) {
+    let g = trainer
+        .accumulate_gradients(batch, &Objective::default())
+        .unwrap();
+    let grads = by_id(trainer.training_model().unwrap(), Some(&g.grads));
+    (grads, trainer.apply_gradients(g).unwrap())
+}
+
+/// Compares every parameter (or gradient) `got` of tensor-parallel rank `rank` with its slice of
+/// `want`; `scale` is what a difference is measured against.
+fn assert_slices(what: &str, want: &Values, got: &Values, rank: usize, tolerance: f32) {
+    assert!(!got.is_empty(), "{what}: nothing to compare");
+    for (id, (shape, v)) in got {
+        let slice = slice_of(&want[id], shape, rank);
+        assert!(v.iter().all(|x| x.is_finite()), "{what} rank {rank}");
+        let scale = slice.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        let worst = max_abs_diff(&slice, v);
+        assert!(
+            worst <= tolerance * scale.max(1.0),
+            "{what} rank {rank}: shape {shape:?} differs by {worst} (largest value {scale})"
+        );
+    }
+}
+
+/// Rank `rank`'s slice of a whole parameter, found by comparing shapes: the columns (or rows, or
+/// the part of a vector) of the shard's size at the rank's offset.
+fn slice_of(whole: &(Vec<usize>, Vec<f32>), shard: &[usize], rank: usize) -> Vec<f32> {
+    let (shape, v) = whole;
+    match (shape.as_slice(), shard) {
+        (a, b) if a == b => v.clone(),
+        ([rows, cols], [r, c]) if rows == r => v
+            .chunks_exact(*cols)
+            .flat_map(|row| &row[rank * c..(rank + 1) * c])
+            .copied()
+            .collect(),
+        ([_, cols], [r, _]) => v[rank * r * cols..(rank + 1) * r * cols].to_vec(),
+        ([_], [n]) => v[rank * n..(rank + 1) * n].to_vec(),
+        _ => panic!("no slice of {shape:?} has shape {shard:?}"),
+    }
+}
+
+/// The largest difference between two models' parameters of the same ids.
+fn max_abs_diff_by_id(a: &Values, b: &Values) -> f32 {
+    a.iter()
+        .map(|(id, (_, v))| max_abs_diff(v, &b[id].1))
+        .fold(0.0, f32::max)
+}
+
+/// `n` sequences of varied lengths, advantages of both signs; old log-probs are the model's own.
+fn train_batch(model: &CausalLm, seed: u64) -> TrainBatch {
+    let seqs = sequences(model.vocab_size(), seed);
+    let decoder = CpuDecoder::from_model(model).unwrap();
+    let scores = decoder.score(&score_request(&seqs)).unwrap();
+    let mut rng = SplitMix64::new(seed + 1);
+    let seqs = seqs
+        .iter()
+        .zip(scores)
+        .enumerate()
+        .map(|(i, (s, sc))| {
+            let r = s.len() - 2;
+            TrainSequence {
+                sample: SampleId(i as u64),
+                prompt_ids: s[..2].to_vec(),
+                response_ids: s[2..].to_vec(),
+                loss_mask: vec![true; r],
+                old_logprobs: sc.logprobs.clone(),
+                rollout_logprobs: sc.logprobs,
+                ref_logprobs: None,
+                advantages: (0..r).map(|_| rng.next_f64() as f32 * 2.0 - 0.8).collect(),
+                returns: None,
+                old_values: None,
+                weight: 1.0,
+                score: 0.0,
+            }
+        })
+        .collect();
+    TrainBatch::new(seqs).unwrap()
+}
+
+#[test]
+fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
+    // Clipping active (the global norm sums the slices' squares over the group), two steps
+    // (AdamW's moments per slice). AdamW's first update is `lr·sign(g)` nearly everywhere, so the
+    // gradients themselves are compared too.
+    let config = TrainerConfig {
+        lr: 1e-4,
+        max_grad_norm: Some(0.5),
+        ..Default::default()
+    };
+    for (name, model) in [("qwen2", qwen2()), ("qwen3", qwen3())] {
+        let batches = [train_batch(&model, 11), train_batch(&model, 12)];
+        let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+        let want: Vec<_> = batches.iter().map(|b| step(&mut whole, b)).collect();
+        let want_params = by_id(&whole.inference_model().unwrap(), None);
+        assert!(
+            max_abs_diff_by_id(&by_id(&model, None), &want_params) > 1e-4,
+            "{name}: the steps move the weights"
+        );
+        let ranks = on_ranks(2, |group| {
+            let rank = group.rank();
+            let shard = model.clone().shard_tensors(group).unwrap();
+            let mut trainer = Trainer::new(shard, config.clone(), &Device::flex()).unwrap();
+            assert_eq!(trainer.kernels(), TrainKernels::Auto);
+            let steps: Vec<_> = batches.iter().map(|b| step(&mut trainer, b)).collect();
+            (
+                rank,
+                steps,
+                by_id(&trainer.inference_model().unwrap(), None),
+            )
+        });
+        for (rank, steps, params) in ranks {
+            for (i, ((want_grads, want), (grads, got))) in want.iter().zip(&steps).enumerate() {
+                assert!(want.grad_norm > 0.5, "{name}: clipping is active");
+                let rel = (want.grad_norm - got.grad_norm).abs() / want.grad_norm;
+                assert!(
+                    rel < 1e-5,
+                    "{name} step {i} rank {rank}: {got:?} vs {want:?}"
+                );
+                let loss = (want.loss - got.loss).abs() / want.loss.abs().max(1e-3);
+                assert!(
+                    loss < 1e-5,
+                    "{name} step {i} rank {rank}: {got:?} vs {want:?}"
+                );
+                assert_slices(
+                    &format!("{name} step {i} gradients"),
+                    want_grads,
+                    grads,
+                    rank,
+                    1e-5,
+                );
+            }
+            assert_slices(
+                &format!("{name} weights"),
+                &want_params,
+                &params,
+                rank,
+                1e-5,
+            );
+        }
+    }
+}
+
+#[test]
+fn tensor_parallel_refusals_name_the_cause() {
+    let device = Device::flex();
+    let errors = on_ranks(3, |group| {
+        // 4 query heads over 3 ranks.
+        qwen2().shard_tensors(group).unwrap_err().to_string()
+    });
+    assert!(errors[0].contains("4 query heads"), "{}", errors[0]);
+    let errors = on_ranks(1, |group| {
+        let shard = qwen2().shard_tensors(group.clone()).unwrap();
+        let autodiff = TrainerConfig {
+            kernels: TrainKernels::Autodiff,
+            ..Default::default()
+        };
+        let lora = TrainerConfig {
+            lora: Some(LoraConfig {
+                rank: 2,
+                alpha: 4.0,
+                target_modules: vec!["q_proj".into()],
+            }),
+            ..Default::default()
+        };
+        vec![
+            Trainer::new(shard.clone(), autodiff, &device)
+                .err()
+                .map(|e| e.to_string()),
+            Trainer::new(shard.clone(), lora, &device)
+                .err()
+                .map(|e| e.to_string()),
+            Engine::for_model(&shard, &device, EngineConfig::default(), None)
+                .err()
+                .map(|e| e.to_string()),
+            save_model(
+                &shard,
+                std::env::temp_dir().join("roll-tp-refused"),
+                &SaveOptions::default(),
+            )
+            .err()
+            .map(|e| e.to_string()),
+            shard
+                .shard_tensors(group.clone())
+                .err()
+                .map(|e| e.to_string()),
+            CausalLm::init(&qwen3_moe_config(), &device)
+                .unwrap()
+                .shard_tensors(group)
+                .err()
+                .map(|e| e.to_string()),
+        ]
+    });
+    let expected = [
+        "fused CPU path",
+        "fused CPU path",
+        "serve an inference engine",
+        "be saved",
+        "already sharded",
+        "shard_experts",
+    ];
+    for (err, what) in errors[0].iter().zip(expected) {
+        let err = err.as_ref().unwrap_or_else(|| panic!("allowed: {what}"));
+        assert!(err.contains(what), "{err}");
+    }
+}
