@@ -11,7 +11,10 @@
 //!    checks that both runs end on the same weights and rank 2 that it serves the trainer's last
 //!    weight version;
 //! 4. runs a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
-//!    and checks it against the whole model's forward.
+//!    and checks it against the whole model's forward;
+//! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
+//!    split three ways): the forward's logits, then one training step on the fused CPU path,
+//!    after which the sliced model's logits are the whole trainer's.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -72,6 +75,8 @@ fn main() -> ExitCode {
         "rank 0: expert-parallel forward equals the whole model",
         "rank 1: expert-parallel forward equals the whole model",
         "rank 2: expert-parallel forward equals the whole model",
+        "rank 0: tensor-parallel forward and training step equal the whole model's",
+        "rank 1: tensor-parallel forward and training step equal the whole model's",
     ];
     let missing: Vec<&str> = expected
         .into_iter()
@@ -113,7 +118,66 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
     }
     let worst = expert_parallel_forward(&group)?;
     println!("rank {rank}: expert-parallel forward equals the whole model (max |Δ| {worst:e})");
+    if let Some(pair) = group.subgroup(&[0, 1])? {
+        let [before, after] = tensor_parallel_step(pair)?;
+        println!(
+            "rank {rank}: tensor-parallel forward and training step equal the whole model's \
+             (max |Δ| of the logits {before:e} before the step, {after:e} after)"
+        );
+    }
     Ok(())
+}
+
+/// The fixture's logits sharded over `pair`, against the whole model's, before and after one
+/// training step (on the fused CPU path): the largest differences.
+fn tensor_parallel_step(pair: Arc<dyn Strategy>) -> anyhow::Result<[f32; 2]> {
+    use roll::backend::{PaddingSide, TokenBatch};
+    let device = Device::flex();
+    let model = load_model(FIXTURE, &device)?;
+    let train = batch(7);
+    let seqs: Vec<Vec<u32>> = train
+        .sequences()
+        .iter()
+        .map(|s| [s.prompt_ids.as_slice(), &s.response_ids].concat())
+        .collect();
+    let tokens = TokenBatch::new(&seqs, PaddingSide::Right, 0, model.vocab_size(), &device)?;
+    let logits = |m: &roll::backend::CausalLm| {
+        let v = m.forward(&tokens).into_data().convert::<f32>();
+        v.try_into_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+    };
+    let config = TrainerConfig {
+        lr: 1e-4,
+        ..TrainerConfig::default()
+    };
+    let objective = roll::core::policy::Objective::default();
+    let mut whole = Trainer::new(model.clone(), config.clone(), &device)?;
+    let mut sliced = Trainer::new(model.clone().shard_tensors(pair)?, config, &device)?;
+    let mut worst = [0.0; 2];
+    for (i, w) in worst.iter_mut().enumerate() {
+        if i == 1 {
+            whole.step(&train, &objective)?;
+            sliced.step(&train, &objective)?;
+        }
+        let want = logits(&whole.inference_model()?)?;
+        let got = logits(&sliced.inference_model()?)?;
+        anyhow::ensure!(got.iter().all(|v| v.is_finite()), "non-finite logits");
+        // After the step the weights differ by rounding (≤ 1e-6), which logits of up to ~12
+        // carry to ~1e-5: relative to the largest logit there.
+        let largest = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let bound = if i == 0 { 1e-5 } else { 1e-5 * largest.max(1.0) };
+        *w = max_diff(&want, &got);
+        anyhow::ensure!(
+            *w <= bound,
+            "tensor-parallel logits differ by {w} (step {i}, largest logit {largest})"
+        );
+    }
+    let moved = max_diff(&logits(&model)?, &logits(&whole.inference_model()?)?);
+    anyhow::ensure!(
+        moved > 100.0 * worst[1],
+        "the step moved the logits by only {moved}"
+    );
+    Ok(worst)
 }
 
 /// Rank 0 says by how much the group's weights differ from one trainer's.
