@@ -165,7 +165,11 @@ fn tensor_parallel_step(pair: Arc<dyn Strategy>) -> anyhow::Result<[f32; 2]> {
         // After the step the weights differ by rounding (≤ 1e-6), which logits of up to ~12
         // carry to ~1e-5: relative to the largest logit there.
         let largest = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let bound = if i == 0 { 1e-5 } else { 1e-5 * largest.max(1.0) };
+        let bound = if i == 0 {
+            1e-5
+        } else {
+            1e-5 * largest.max(1.0)
+        };
         *w = max_diff(&want, &got);
         anyhow::ensure!(
             *w <= bound,

@@ -185,6 +185,17 @@ pub enum BackendError {
     /// another rank failed, or the ranks disagreed on the collective.
     #[error("collective across ranks: {0}")]
     Collective(#[source] Box<roll_core::Error>),
+    /// A pipeline stage could not exchange a micro-batch's activations or gradients with its
+    /// neighbour (the neighbour failed, or sent nothing in time).
+    #[error("pipeline stage {stage}, exchanging with stage {neighbour}: {reason}")]
+    Pipeline {
+        /// This process's stage.
+        stage: usize,
+        /// The stage it was sending to or waiting for.
+        neighbour: usize,
+        /// What went wrong.
+        reason: String,
+    },
 
     /// The inference engine failed a request or is no longer running.
     #[error("inference engine: {0}")]

@@ -5,7 +5,10 @@
 //! - tensor parallelism of dense Qwen2/Qwen3: each rank holds a slice of every layer's heads and
 //!   MLP; its forward (Burn's and the CPU decoder's) gives the whole model's logits and log-probs,
 //!   and a training step on the fused CPU path leaves every rank with its slice of the weights
-//!   one whole trainer reaches.
+//!   one whole trainer reaches;
+//! - pipeline parallelism: each stage holds a block of the layers, micro-batches run one forward
+//!   one backward with the activations and their gradients passed point to point, and every
+//!   stage ends a step with its part of the whole trainer's weights.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -21,7 +24,7 @@ use roll_backend_burn::{
 };
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::rng::SplitMix64;
-use roll_core::strategy::{DeviceSpec, LocalGroup, Strategy};
+use roll_core::strategy::{DeviceSpec, LocalGroup, Messenger, Strategy};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,15 +142,15 @@ fn an_expert_parallel_model_scores_only() {
 // ---- Tensor parallelism ----
 
 /// Runs `body` on every rank of a group of `ranks` threads; the results by rank.
-fn on_ranks<T: Send>(ranks: usize, body: impl Fn(Arc<dyn Strategy>) -> T + Sync) -> Vec<T> {
+fn on_ranks<T: Send>(ranks: usize, body: impl Fn(Arc<dyn Messenger>) -> T + Sync) -> Vec<T> {
     let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = group
             .iter()
             .map(|replica| {
                 let body = &body;
-                let strategy: Arc<dyn Strategy> = Arc::new(replica.clone());
-                s.spawn(move || body(strategy))
+                let link: Arc<dyn Messenger> = Arc::new(replica.clone());
+                s.spawn(move || body(link))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -285,6 +288,45 @@ fn by_id(m: &CausalLm, grads: Option<&GradientsParams>) -> Values {
     v.out
 }
 
+/// A trainer's steps on `batches` (gradients and reports) and its weights after them.
+fn train(mut trainer: Trainer, batches: &[TrainBatch]) -> (Vec<(Values, TrainStepReport)>, Values) {
+    let steps = batches.iter().map(|b| step(&mut trainer, b)).collect();
+    (steps, by_id(&trainer.inference_model().unwrap(), None))
+}
+
+/// Checks every rank's steps and weights against the whole trainer's (`want`): reports, the
+/// gradients and the weights of what each rank holds (its slice of them).
+fn assert_ranks_match(
+    name: &str,
+    want: &(Vec<(Values, TrainStepReport)>, Values),
+    ranks: Vec<(usize, (Vec<(Values, TrainStepReport)>, Values))>,
+) {
+    for (rank, (steps, params)) in ranks {
+        for (i, ((want_grads, want), (grads, got))) in want.0.iter().zip(&steps).enumerate() {
+            assert!(want.grad_norm > 0.5, "{name}: clipping is active");
+            let rel = (want.grad_norm - got.grad_norm).abs() / want.grad_norm;
+            assert!(
+                rel < 1e-5,
+                "{name} step {i} rank {rank}: {got:?} vs {want:?}"
+            );
+            let loss = (want.loss - got.loss).abs() / want.loss.abs().max(1e-3);
+            assert!(
+                loss < 1e-5,
+                "{name} step {i} rank {rank}: {got:?} vs {want:?}"
+            );
+            assert_eq!(want.micro_batches, got.micro_batches);
+            assert_slices(
+                &format!("{name} step {i} gradients"),
+                want_grads,
+                grads,
+                rank,
+                1e-5,
+            );
+        }
+        assert_slices(&format!("{name} weights"), &want.1, &params, rank, 1e-5);
+    }
+}
+
 /// One step of `trainer` on `batch`: the gradients by id, then the update's report.
 fn step(trainer: &mut Trainer, batch: &TrainBatch) -> (Values, TrainStepReport) {
     let g = trainer
@@ -365,66 +407,77 @@ fn train_batch(model: &CausalLm, seed: u64) -> TrainBatch {
     TrainBatch::new(seqs).unwrap()
 }
 
-#[test]
-fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
-    // Clipping active (the global norm sums the slices' squares over the group), two steps
-    // (AdamW's moments per slice). AdamW's first update is `lr·sign(g)` nearly everywhere, so the
-    // gradients themselves are compared too.
-    let config = TrainerConfig {
+/// Clipping active (the global norm sums the ranks' own parts' squares over the group), a
+/// learning rate that moves the weights well past the tolerance.
+fn step_config() -> TrainerConfig {
+    TrainerConfig {
         lr: 1e-4,
         max_grad_norm: Some(0.5),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
+    // Two steps (AdamW's moments per slice). AdamW's first update is `lr·sign(g)` nearly
+    // everywhere, so the gradients themselves are compared too.
+    let config = step_config();
     for (name, model) in [("qwen2", qwen2()), ("qwen3", qwen3())] {
         let batches = [train_batch(&model, 11), train_batch(&model, 12)];
-        let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
-        let want: Vec<_> = batches.iter().map(|b| step(&mut whole, b)).collect();
-        let want_params = by_id(&whole.inference_model().unwrap(), None);
+        let whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+        let want = train(whole, &batches);
         assert!(
-            max_abs_diff_by_id(&by_id(&model, None), &want_params) > 1e-4,
+            max_abs_diff_by_id(&by_id(&model, None), &want.1) > 1e-4,
             "{name}: the steps move the weights"
         );
         let ranks = on_ranks(2, |group| {
             let rank = group.rank();
             let shard = model.clone().shard_tensors(group).unwrap();
-            let mut trainer = Trainer::new(shard, config.clone(), &Device::flex()).unwrap();
+            let trainer = Trainer::new(shard, config.clone(), &Device::flex()).unwrap();
             assert_eq!(trainer.kernels(), TrainKernels::Auto);
-            let steps: Vec<_> = batches.iter().map(|b| step(&mut trainer, b)).collect();
-            (
-                rank,
-                steps,
-                by_id(&trainer.inference_model().unwrap(), None),
-            )
+            (rank, train(trainer, &batches))
         });
-        for (rank, steps, params) in ranks {
-            for (i, ((want_grads, want), (grads, got))) in want.iter().zip(&steps).enumerate() {
-                assert!(want.grad_norm > 0.5, "{name}: clipping is active");
-                let rel = (want.grad_norm - got.grad_norm).abs() / want.grad_norm;
-                assert!(
-                    rel < 1e-5,
-                    "{name} step {i} rank {rank}: {got:?} vs {want:?}"
-                );
-                let loss = (want.loss - got.loss).abs() / want.loss.abs().max(1e-3);
-                assert!(
-                    loss < 1e-5,
-                    "{name} step {i} rank {rank}: {got:?} vs {want:?}"
-                );
-                assert_slices(
-                    &format!("{name} step {i} gradients"),
-                    want_grads,
-                    grads,
-                    rank,
-                    1e-5,
-                );
-            }
-            assert_slices(
-                &format!("{name} weights"),
-                &want_params,
-                &params,
-                rank,
-                1e-5,
+        assert_ranks_match(name, &want, ranks);
+    }
+}
+
+#[test]
+fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
+    // Micro-batches of at most 24 tokens: 3–4 per batch, so the schedule has a steady state.
+    let config = TrainerConfig {
+        micro_batch_tokens: Some(24),
+        ..step_config()
+    };
+    for (name, model, stages) in [
+        ("qwen2", qwen2(), 2),
+        ("qwen2", qwen2(), 3),
+        ("qwen3", qwen3(), 2),
+    ] {
+        let name = format!("{name} over {stages} stages");
+        let batches = [train_batch(&model, 11), train_batch(&model, 12)];
+        let whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+        let want = train(whole, &batches);
+        assert!(want.0[0].1.micro_batches >= 3, "{name}: {:?}", want.0[0].1);
+        let ranks = on_ranks(stages, |link| {
+            let stage = link.rank();
+            let part = model.clone().split_stages(link).unwrap();
+            let layers = part.pipeline_stage().unwrap().layers();
+            let trainer = Trainer::new(part, config.clone(), &Device::flex()).unwrap();
+            // Stage 0's slice of every parameter is the parameter itself.
+            ((stage, layers), (0, train(trainer, &batches)))
+        });
+        let (layers, ranks): (Vec<_>, Vec<_>) = ranks.into_iter().unzip();
+        // Contiguous blocks that cover every layer, the larger ones last (4 over 3: 1, 1, 2).
+        let mut next = 0;
+        for (stage, held) in layers {
+            assert!(
+                held.start == next && !held.is_empty(),
+                "stage {stage}: {held:?}"
             );
+            next = held.end;
         }
+        assert_eq!(next, model.decoder_config().num_hidden_layers);
+        assert_ranks_match(&name, &want, ranks);
     }
 }
 

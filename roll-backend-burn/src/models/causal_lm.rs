@@ -4,6 +4,7 @@ use super::batch::TokenBatch;
 use super::decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer};
 use super::expert_parallel::ExpertShard;
 use super::mlp::Mlp;
+use super::pipeline_parallel::PipelineStage;
 use super::qwen2::Qwen2Config;
 use super::qwen3::Qwen3Config;
 use super::qwen3_moe::{FeedForward, Qwen3MoeConfig};
@@ -12,7 +13,7 @@ use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::module::{Module, ParamId};
 use burn::tensor::{Device, Tensor};
-use roll_core::strategy::Strategy;
+use roll_core::strategy::{Messenger, Strategy};
 use std::sync::Arc;
 
 /// A causal language model of any supported architecture, chosen by `config.json`'s `model_type`.
@@ -209,6 +210,69 @@ impl CausalLm {
         }
     }
 
+    /// This process's stage of a pipeline-parallel model over `link` (see
+    /// [`pipeline_parallel`](super::pipeline_parallel)): stage `link.rank()` keeps its block of
+    /// the decoder layers; the embedding, final norm and LM head stay on every stage. Every stage
+    /// must split the same model and take each training step together, on the same batch.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a mixture of experts, a model already sharded, or more
+    /// stages than layers.
+    pub fn split_stages(self, link: Arc<dyn Messenger>) -> Result<Self> {
+        if self.is_sharded() {
+            return Err(BackendError::InvalidInput(
+                "this model is already sharded; split the whole model into stages".into(),
+            ));
+        }
+        fn split<A: Architecture<FeedForward = Mlp>>(
+            mut m: Decoder<A>,
+            link: Arc<dyn Messenger>,
+        ) -> Result<Decoder<A>> {
+            let stage = PipelineStage::new(link, m.model.layers.len())?;
+            let layers = stage.layers();
+            m.model.layers = m
+                .model
+                .layers
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| layers.contains(i))
+                .map(|(_, l)| l)
+                .collect();
+            m.pipeline_stage = Some(stage);
+            Ok(m)
+        }
+        match self {
+            Self::Qwen2(m) => Ok(Self::Qwen2(split(m, link)?)),
+            Self::Qwen3(m) => Ok(Self::Qwen3(split(m, link)?)),
+            Self::Qwen3Moe(_) => Err(BackendError::InvalidInput(
+                "pipeline parallelism covers dense qwen2/qwen3 (it trains on the fused CPU path)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// This process's stage of a pipeline-parallel model ([`CausalLm::split_stages`]); `None`
+    /// when it holds every layer.
+    pub fn pipeline_stage(&self) -> Option<&PipelineStage> {
+        with_decoder!(self, m => m.pipeline_stage.as_ref())
+    }
+
+    /// The ids of the parameters only this stage of a pipeline-parallel model holds (its
+    /// layers'); empty when whole.
+    pub(crate) fn stage_params(&self) -> Vec<ParamId> {
+        struct Ids(Vec<ParamId>);
+        impl burn::module::ModuleVisitor for Ids {
+            fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<D>>) {
+                self.0.push(p.id);
+            }
+        }
+        let mut ids = Ids(Vec::new());
+        if self.pipeline_stage().is_some() {
+            with_decoder!(self, m => m.model.layers.iter().for_each(|l| l.visit(&mut ids)));
+        }
+        ids.0
+    }
+
     /// This rank's slice of a tensor-parallel model ([`CausalLm::shard_tensors`]); `None` when
     /// it is whole.
     pub fn tensor_shard(&self) -> Option<&TensorShard> {
@@ -232,7 +296,7 @@ impl CausalLm {
 
     /// Whether this model holds only a part of its weights (expert or tensor parallel).
     pub fn is_sharded(&self) -> bool {
-        self.is_expert_sharded() || self.tensor_shard().is_some()
+        self.is_expert_sharded() || self.tensor_shard().is_some() || self.pipeline_stage().is_some()
     }
 
     /// Refuses a sharded model where the whole model is needed (`what` it was going to do).
@@ -244,6 +308,8 @@ impl CausalLm {
             "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts"
         } else if self.tensor_shard().is_some() {
             "a tensor-parallel model (CausalLm::shard_tensors) holds only a slice of its layers"
+        } else if self.pipeline_stage().is_some() {
+            "a pipeline stage (CausalLm::split_stages) holds only some of the layers"
         } else {
             return Ok(());
         };

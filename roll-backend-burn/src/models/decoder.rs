@@ -20,6 +20,7 @@ use super::batch::TokenBatch;
 use super::linear::linear_rows;
 use super::mlp::Mlp;
 use super::norm::{rms_norm, rms_norm_hf};
+use super::pipeline_parallel::PipelineStage;
 use super::rope::Rope;
 use super::tensor_parallel::TensorShard;
 use crate::hf::HfConfig;
@@ -288,6 +289,11 @@ pub struct Decoder<A: Architecture> {
     /// The hyper-parameters it was built from.
     #[module(skip)]
     pub config: A,
+    /// This process's stage when the model is pipeline parallel
+    /// ([`CausalLm::split_stages`](crate::CausalLm::split_stages)): `model.layers` are then that
+    /// stage's layers only.
+    #[module(skip)]
+    pub pipeline_stage: Option<PipelineStage>,
 }
 
 impl<A: Architecture> Decoder<A> {
@@ -318,6 +324,7 @@ impl<A: Architecture> Decoder<A> {
             }),
             rope: Rope::new(c.head_dim, c.rope_theta),
             config,
+            pipeline_stage: None,
         }
     }
 
@@ -345,6 +352,13 @@ impl<A: Architecture> Decoder<A> {
     /// - `batch.input_ids`: `[batch, seq]`
     /// - output: `[batch, seq, hidden]`
     pub fn forward_hidden(&self, batch: &TokenBatch) -> Tensor<3> {
+        if let Some(stage) = &self.pipeline_stage {
+            // The forward has no error path; NaN is what scoring refuses by name.
+            tracing::error!("{stage:?} holds some of the layers: it cannot run a whole forward");
+            let [b, t] = batch.input_ids.dims();
+            let hidden = self.config.decoder().hidden_size;
+            return Tensor::full([b, t, hidden], f32::NAN, &batch.input_ids.device());
+        }
         let (cos, sin) = self.rope.cos_sin(&batch.position_ids);
         let mask = causal_padding_mask(&batch.attention_mask);
         let mut x = self.model.embed_tokens.forward(batch.input_ids.clone());

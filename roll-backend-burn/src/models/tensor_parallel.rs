@@ -90,6 +90,11 @@ impl TensorShard {
         self.group.rank()
     }
 
+    /// The group holding the slices.
+    pub(crate) fn group(&self) -> Arc<dyn Strategy> {
+        self.group.clone()
+    }
+
     /// This rank's share `r·n/W .. (r+1)·n/W` of `n` (heads, or units, or columns).
     pub fn slice(&self, n: usize) -> Range<usize> {
         let (r, w) = (self.rank(), self.ranks());

@@ -7,7 +7,7 @@ use super::config::TrainerConfig;
 use super::group::Group;
 use super::lora::TrainerRng;
 use super::schedule::lr_at;
-use crate::models::{PaddingSide, TensorShard, TokenBatch};
+use crate::models::{PaddingSide, TokenBatch};
 use crate::{BackendError, Result};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::{GradientsParams, ModuleOptimizer, OptimizerRecord};
@@ -418,9 +418,10 @@ pub(crate) struct Core<M: Module> {
     pub ad_device: Device,
     /// The data-parallel group this trainer is one replica of; `None` when it trains alone.
     group: Option<Group>,
-    /// A tensor-parallel rank's slice and the parameters it holds a slice of (their squared
-    /// gradients are summed over the slice's group for the global norm).
-    tensor: Option<(TensorShard, HashSet<ParamId>)>,
+    /// The group whose ranks each hold their own part of some parameters (a tensor-parallel
+    /// rank's slices, a pipeline stage's layers), and which those are on this rank: their squared
+    /// gradients are summed over the group for the global norm.
+    parts: Option<(Arc<dyn Strategy>, HashSet<ParamId>)>,
 }
 
 impl<M: Module> Core<M> {
@@ -437,26 +438,28 @@ impl<M: Module> Core<M> {
             ad_device: device.clone().autodiff(),
             device,
             group: None,
-            tensor: None,
+            parts: None,
         }
     }
 
-    /// Makes this trainer one rank of a tensor-parallel model: `sliced` are the parameters it
-    /// holds a slice of.
-    pub(crate) fn slice(&mut self, shard: TensorShard, sliced: Vec<ParamId>) {
-        self.tensor = Some((shard, sliced.into_iter().collect()));
+    /// Makes this trainer one rank of a model whose ranks hold parts of it (tensor or pipeline
+    /// parallel): `own` are the parameters only this rank of `group` holds (its part of them).
+    pub(crate) fn own_parts(&mut self, group: Arc<dyn Strategy>, own: Vec<ParamId>) {
+        self.parts = Some((group, own.into_iter().collect()));
     }
 
-    /// The global L2 norm of `grads`: on a tensor-parallel rank, the whole parameters' squares
-    /// (the same on every rank) once, plus every rank's slices'.
+    /// The global L2 norm of `grads`: where ranks hold parts of the model, the squares of the
+    /// parameters every rank holds alike once, plus every rank's own parts'.
     fn grad_norm(&self, grads: &GradientsParams) -> Result<f64> {
-        let Some((shard, sliced)) = &self.tensor else {
+        let Some((group, own)) = &self.parts else {
             return global_grad_norm(self.module()?, grads);
         };
-        let [whole, mine] = squared_norms(self.module()?, grads, sliced)?;
+        let [shared, mine] = squared_norms(self.module()?, grads, own)?;
         let mut all = [mine as f32];
-        shard.all_reduce(&mut all)?;
-        Ok((whole + f64::from(all[0])).sqrt())
+        group
+            .all_reduce(&mut all, ReduceOp::Sum)
+            .map_err(|e| BackendError::Collective(Box::new(e)))?;
+        Ok((shared + f64::from(all[0])).sqrt())
     }
 
     /// Makes this trainer one replica of `strategy`'s data-parallel group.

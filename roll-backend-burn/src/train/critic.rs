@@ -312,7 +312,7 @@ impl CriticTrainer {
         let device = &self.core.device;
         let h = weights.hidden;
         let packed = fused::pack(&chunk.seqs);
-        let tape = fused::forward(weights, &packed, fused::Outputs::Hidden)?;
+        let tape = fused::forward(weights, &packed, None, fused::Outputs::Hidden)?;
         let w = fused::vector(&model.head.score.weight, "score.weight")?;
         let bias = model
             .head

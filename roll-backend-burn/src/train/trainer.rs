@@ -9,8 +9,8 @@ use super::core::{
 };
 use super::fused;
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
-use crate::models::CausalLm;
 use crate::models::token_logprobs_and_entropy;
+use crate::models::{CausalLm, PipelineOp, PipelineStage};
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
@@ -19,6 +19,7 @@ use roll_algos::loss::{LossAggregation, PolicyInputs, PolicyMetrics, policy_obje
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use roll_core::strategy::Strategy;
 use roll_core::{TrainBatch, TrainSequence};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -112,24 +113,35 @@ impl Trainer {
         if model.is_expert_sharded() {
             model.require_whole("train")?;
         }
-        let tensor = model.tensor_shard().cloned();
-        if tensor.is_some()
+        // Each rank holds its own part of some parameters: the group to sum their squared
+        // gradients over, and which they are.
+        let parts = match (model.tensor_shard(), model.pipeline_stage()) {
+            (Some(shard), _) => Some((
+                shard.group(),
+                model.sliced_params(),
+                "tensor-parallel model (CausalLm::shard_tensors)",
+            )),
+            (_, Some(stage)) => Some((
+                stage.group(),
+                model.stage_params(),
+                "pipeline stage (CausalLm::split_stages)",
+            )),
+            (None, None) => None,
+        };
+        if let Some((_, _, what)) = &parts
             && (config.lora.is_some()
                 || fused::kernels_for(&config, &device.clone().inner(), &model)
                     != TrainKernels::Auto)
         {
-            return Err(BackendError::InvalidInput(
-                "a tensor-parallel model (CausalLm::shard_tensors) trains on the fused CPU path \
-                 only (the cpu device, kernels = \"auto\", no LoRA): Burn's autodiff does not \
-                 see the all-reduces of its layers"
-                    .into(),
-            ));
+            return Err(BackendError::InvalidInput(format!(
+                "a {what} trains on the fused CPU path only (the cpu device, kernels = \
+                 \"auto\", no LoRA): Burn's autodiff does not see the exchanges between its ranks"
+            )));
         }
-        let sliced = model.sliced_params();
         let rng = TrainerRng::new(config.seed);
         let mut trainer = Self::build(model, config, rng, device)?;
-        if let Some(shard) = tensor {
-            trainer.core.slice(shard, sliced);
+        if let Some((group, own, _)) = parts {
+            trainer.core.own_parts(group, own);
         }
         Ok(trainer)
     }
@@ -310,12 +322,26 @@ impl Trainer {
         let mut sums = MetricSums::new(&POLICY_METRICS);
         let mut loss = 0.0;
         let seqs = batch.sequences();
-        for indices in &plan.chunks {
-            let chunk = Chunk::new(
+        let chunk = |indices: &Vec<usize>| {
+            Chunk::new(
                 indices.iter().map(|&i| &seqs[i]).collect(),
                 model.vocab_size(),
                 &self.core.ad_device,
+            )
+        };
+        if let Some((weights, stage)) = fused
+            .as_ref()
+            .and_then(|w| w.stage.as_ref().map(|s| (w, s)))
+        {
+            let chunks = plan.chunks.iter().map(chunk).collect::<Result<Vec<_>>>()?;
+            let grads = self.pipeline_gradients(
+                weights, stage, &chunks, &objective, &plan, &mut sums, &mut loss,
             )?;
+            acc.accumulate(model, grads);
+            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
+        }
+        for indices in &plan.chunks {
+            let chunk = chunk(indices)?;
             let m = match &fused {
                 Some(weights) => {
                     let (grads, metrics) =
@@ -333,25 +359,85 @@ impl Trainer {
                     out.metrics
                 }
             };
-            loss += f64::from(m.total_loss);
-            sums.add_sums([m.pg_loss, m.kl_loss, m.entropy]);
-            let means = [
-                m.clip_frac_low,
-                m.clip_frac_high,
-                m.dual_clip_frac,
-                m.approx_kl,
-                m.policy_kl,
-                m.ratio_mean,
-            ];
-            sums.add_means(0, means, chunk.trained);
-            if let Some(c) = m.correction {
-                let correction = [c.mean_abs_diff, c.filtered_frac, c.mean_is_weight];
-                sums.add_means(means.len(), correction, chunk.trained);
-                sums.add_maxima([c.max_abs_diff]);
-            }
-            sums.add_tokens(chunk.trained);
+            record(&mut sums, &mut loss, &m, chunk.trained);
         }
         self.core.batch_gradients(acc.grads(), loss, sums, &plan)
+    }
+
+    /// A pipeline stage's part of a batch: its micro-batches in its one-forward-one-backward
+    /// order, each forward's output stream sent to the next stage and each backward's input
+    /// gradient to the one before (see [`pipeline_parallel`](crate::models::pipeline_parallel)).
+    /// The last stage runs the objective; its loss and metrics are summed over the stages (the
+    /// others add nothing), as are the gradients of the parameters every stage holds.
+    #[allow(clippy::too_many_arguments)]
+    fn pipeline_gradients(
+        &self,
+        weights: &fused::Weights,
+        stage: &PipelineStage,
+        chunks: &[Chunk<'_>],
+        objective: &Objective,
+        plan: &Plan,
+        sums: &mut MetricSums,
+        loss: &mut f64,
+    ) -> Result<GradientsParams> {
+        let packed: Vec<fused::Packed> = chunks.iter().map(|c| fused::pack(&c.seqs)).collect();
+        let outputs = if stage.is_last() {
+            fused::Outputs::LogProbs
+        } else {
+            fused::Outputs::Stream
+        };
+        let ops = stage.schedule(chunks.len());
+        let mut tapes = HashMap::new();
+        // Inputs received ahead of their forward (below).
+        let mut early: HashMap<usize, Vec<f32>> = HashMap::new();
+        let mut sink = fused::GradSink::default();
+        for (k, &op) in ops.iter().enumerate() {
+            match op {
+                PipelineOp::Forward(i) => {
+                    let input = match (stage.is_first(), early.remove(&i)) {
+                        (true, _) => None,
+                        (false, Some(x)) => Some(x),
+                        (false, None) => Some(stage.receive(false)?),
+                    };
+                    let tape = fused::forward(weights, &packed[i], input.as_deref(), outputs)?;
+                    if !stage.is_last() {
+                        stage.send(true, &tape.stream_out)?;
+                    }
+                    tapes.insert(i, tape);
+                }
+                PipelineOp::Backward(i) => {
+                    let tape = tapes.remove(&i).ok_or_else(|| {
+                        BackendError::Train(format!("pipeline: no forward of micro-batch {i}"))
+                    })?;
+                    let d_in = if stage.is_last() {
+                        let (d_logp, d_entropy, m) =
+                            self.objective_gradients(&tape, &chunks[i], objective, plan)?;
+                        record(sums, loss, &m, chunks[i].trained);
+                        let from = fused::StageGrad::LogProbs {
+                            d_logp: &d_logp,
+                            d_entropy: &d_entropy,
+                        };
+                        fused::backward_stage(weights, &packed[i], tape, from, &mut sink)?
+                    } else {
+                        let from = fused::StageGrad::Stream(stage.receive(true)?);
+                        fused::backward_stage(weights, &packed[i], tape, from, &mut sink)?
+                    };
+                    if let Some(d_in) = d_in {
+                        // The stage before sends the input of this stage's next forward before it
+                        // waits for this gradient: take it first, or the two blocking sends (MPI)
+                        // would wait for each other.
+                        if let Some(&PipelineOp::Forward(j)) = ops.get(k + 1) {
+                            early.insert(j, stage.receive(false)?);
+                        }
+                        stage.send(false, &d_in)?;
+                    }
+                }
+            }
+        }
+        sink.sum_shared(weights, stage)?;
+        sums.all_reduce(stage.group().as_ref(), loss)
+            .map_err(|e| BackendError::Collective(Box::new(e)))?;
+        Ok(sink.into_params(&self.core.device))
     }
 
     /// The kernels this trainer's gradients run on: [`TrainKernels::Auto`] when the fused CPU
@@ -375,9 +461,24 @@ impl Trainer {
         objective: &Objective,
         plan: &Plan,
     ) -> Result<(GradientsParams, PolicyMetrics)> {
-        let device = &self.core.device;
         let packed = fused::pack(&chunk.seqs);
-        let tape = fused::forward(weights, &packed, fused::Outputs::LogProbs)?;
+        let tape = fused::forward(weights, &packed, None, fused::Outputs::LogProbs)?;
+        let (d_logp, d_entropy, metrics) =
+            self.objective_gradients(&tape, chunk, objective, plan)?;
+        let mut sink = fused::GradSink::default();
+        fused::backward(weights, &packed, tape, &d_logp, &d_entropy, &mut sink)?;
+        Ok((sink.into_params(&self.core.device), metrics))
+    }
+
+    /// The objective on Burn over a fused forward's log-prob (and entropy) leaves: the gradients
+    /// of the loss with respect to each trained token's log-prob and entropy, and the metrics.
+    fn objective_gradients(
+        &self,
+        tape: &fused::Tape,
+        chunk: &Chunk<'_>,
+        objective: &Objective,
+        plan: &Plan,
+    ) -> Result<(Vec<f32>, Vec<f32>, PolicyMetrics)> {
         let leaf =
             |values: &[f32]| fused::leaf(values, &chunk.seqs, chunk.width, &self.core.ad_device);
         let logp = leaf(&tape.logprobs);
@@ -389,9 +490,7 @@ impl Trainer {
         let grads = out.loss.backward();
         let d_logp = fused::leaf_grad(logp.grad(&grads), &chunk.seqs, chunk.width)?;
         let d_entropy = fused::leaf_grad(entropy.grad(&grads), &chunk.seqs, chunk.width)?;
-        let mut sink = fused::GradSink::default();
-        fused::backward(weights, &packed, tape, &d_logp, &d_entropy, &mut sink)?;
-        Ok((sink.into_params(device), out.metrics))
+        Ok((d_logp, d_entropy, out.metrics))
     }
 
     /// Clips the global gradient norm (when configured) and applies one AdamW update at the
@@ -462,6 +561,27 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
 
 /// The log-probs and entropies of a micro-batch's response tokens on Burn's autodiff (`[rows, T]`
 /// each; the entropy carries a gradient only when the objective's entropy bonus is on).
+/// Adds a micro-batch's loss and metrics (`trained` tokens) to the batch's.
+fn record(sums: &mut MetricSums, loss: &mut f64, m: &PolicyMetrics, trained: usize) {
+    *loss += f64::from(m.total_loss);
+    sums.add_sums([m.pg_loss, m.kl_loss, m.entropy]);
+    let means = [
+        m.clip_frac_low,
+        m.clip_frac_high,
+        m.dual_clip_frac,
+        m.approx_kl,
+        m.policy_kl,
+        m.ratio_mean,
+    ];
+    sums.add_means(0, means, trained);
+    if let Some(c) = m.correction {
+        let correction = [c.mean_abs_diff, c.filtered_frac, c.mean_is_weight];
+        sums.add_means(means.len(), correction, trained);
+        sums.add_maxima([c.max_abs_diff]);
+    }
+    sums.add_tokens(trained);
+}
+
 fn response_logprobs(model: &CausalLm, chunk: &Chunk<'_>) -> (Tensor<2>, Tensor<2>) {
     let hidden = chunk.response_hidden(model.forward_hidden(&chunk.tokens));
     // Straight from the logits: no [B, T, V] log-softmax is materialised, and the gradients are

@@ -129,8 +129,18 @@ impl CpuDecoder {
     ///
     /// # Errors
     /// [`BackendError::UnsupportedByDecoder`] for [`CausalLm::Qwen3Moe`] (or MLP biases),
-    /// [`BackendError::InvalidConfig`] if a parameter's shape disagrees with the model's config.
+    /// [`BackendError::InvalidConfig`] if a parameter's shape disagrees with the model's config,
+    /// [`BackendError::InvalidInput`] for a pipeline stage (it holds some of the layers).
     pub fn from_model(model: &CausalLm) -> Result<Self> {
+        if model.pipeline_stage().is_some() {
+            model.require_whole("run a whole forward")?;
+        }
+        Self::of_layers(model)
+    }
+
+    /// The decoder of whatever layers `model` holds: a pipeline stage's runs that stage only
+    /// (the fused training path's forward).
+    pub(crate) fn of_layers(model: &CausalLm) -> Result<Self> {
         Ok(Self {
             w: weights::extract(model, &Device::flex())?,
         })
@@ -176,11 +186,13 @@ impl CpuDecoder {
 
     /// Runs the layers over the flattened tokens of `inputs`, whose blocks `cache` has reserved,
     /// handing `rec` what it asks for on the way, and returns the final residual stream,
-    /// transposed (`[hidden, tokens]`).
+    /// transposed (`[hidden, tokens]`). The stream starts from the tokens' embeddings, or from
+    /// `stream_in` (`[hidden, tokens]`, a pipeline stage's input from the stage before).
     fn run<R: Recorder>(
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
+        stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
         let dims = self.w.dims;
@@ -227,7 +239,16 @@ impl CpuDecoder {
             .collect::<Result<Vec<_>>>()?;
 
         // The residual stream, transposed: `[hidden, n]`.
-        let mut xt = transpose(&self.embed_rows(ids)?, n, hidden);
+        let mut xt = match stream_in {
+            None => transpose(&self.embed_rows(ids)?, n, hidden),
+            Some(x) if x.len() == n * hidden => x.to_vec(),
+            Some(x) => {
+                return Err(BackendError::InvalidInput(format!(
+                    "a pipeline stage's input holds {} values for {n} tokens of width {hidden}",
+                    x.len()
+                )));
+            }
+        };
         for (l, layer) in self.w.layers.iter().enumerate() {
             // Attention block: q|k|v per token.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.input_norm);
@@ -357,7 +378,8 @@ impl CpuDecoder {
     /// Runs whole sequences (each from position 0) through every layer in one call, as a
     /// prefill would, handing `rec` the activations as they are made; returns the final residual
     /// stream, transposed (`[hidden, tokens]`, the sequences end to end). The training path's
-    /// forward: see [`Recorder`].
+    /// forward: see [`Recorder`]. A pipeline stage after the first starts from `stream_in`, the
+    /// stage before's output (`[hidden, tokens]`), instead of the embeddings.
     ///
     /// # Errors
     /// [`BackendError::TokenOutOfVocab`] for an id outside the vocabulary, or if the temporary
@@ -365,6 +387,7 @@ impl CpuDecoder {
     pub(crate) fn forward_recorded<R: Recorder>(
         &self,
         seqs: &[&[u32]],
+        stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
         let inputs: Vec<StepInput<'_>> = seqs
@@ -382,7 +405,13 @@ impl CpuDecoder {
             max_seqs: inputs.len().max(1),
             max_cached_tokens: tokens.max(1),
         })?;
-        self.step(&mut cache, &inputs, rec)
+        checked_step(
+            &mut cache,
+            self.cache_shape(),
+            self.vocab_size(),
+            &inputs,
+            |cache| self.run(cache, &inputs, stream_in, rec),
+        )
     }
 
     /// Checks `inputs` against `cache`, reserves their blocks, runs them (see [`Self::run`]) and
@@ -398,7 +427,7 @@ impl CpuDecoder {
             self.cache_shape(),
             self.vocab_size(),
             inputs,
-            |cache| self.run(cache, inputs, rec),
+            |cache| self.run(cache, inputs, None, rec),
         )
     }
 

@@ -48,7 +48,9 @@ mod testing;
 mod weights;
 
 pub(crate) use grads::GradSink;
-pub(crate) use model::{Outputs, Packed, backward, backward_from_hidden, forward};
+pub(crate) use model::{
+    Outputs, Packed, StageGrad, Tape, backward, backward_from_hidden, backward_stage, forward,
+};
 pub(crate) use weights::{Weights, extract, vector};
 
 use super::{TrainKernels, TrainerConfig};

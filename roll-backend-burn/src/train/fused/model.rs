@@ -88,6 +88,9 @@ pub(crate) struct Tape {
     pub logprobs: Vec<f32>,
     /// The entropy of each scored row's distribution (empty unless asked for).
     pub entropy: Vec<f32>,
+    /// The final residual stream, `[hidden, tokens]`, of a pipeline stage before the last: the
+    /// next stage's input (empty otherwise).
+    pub stream_out: Vec<f32>,
 }
 
 /// What the forward computes at the scored rows besides their hidden states.
@@ -97,6 +100,8 @@ pub(crate) enum Outputs {
     LogProbs,
     /// Nothing more: a value head reads the hidden states (a critic).
     Hidden,
+    /// The residual stream itself, neither normed nor scored: a pipeline stage before the last.
+    Stream,
 }
 
 /// The [`Recorder`] of the training forward: keeps, in the backward's layouts, what it reads.
@@ -194,11 +199,17 @@ impl Recorder for Keeper<'_> {
 }
 
 /// The forward pass: the CPU decoder's own forward (so the log-probs are the bits the engine
-/// samples with), keeping what the backward reads.
+/// samples with), keeping what the backward reads. A pipeline stage after the first starts from
+/// `stream_in`, the stage before's [`Tape::stream_out`].
 ///
 /// # Errors
 /// [`BackendError::TokenOutOfVocab`] for a token outside the vocabulary.
-pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs) -> Result<Tape> {
+pub(crate) fn forward(
+    w: &Weights,
+    p: &Packed,
+    stream_in: Option<&[f32]>,
+    outputs: Outputs,
+) -> Result<Tape> {
     let (n, h) = (p.tokens.len(), w.hidden);
     let seqs: Vec<&[u32]> = p
         .seqs
@@ -214,7 +225,7 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs) -> Result<Tape>
         h2_t: None,
         layers: Vec::with_capacity(w.layers.len()),
     };
-    let x_final_t = w.decoder.forward_recorded(&seqs, &mut keeper)?;
+    let x_final_t = w.decoder.forward_recorded(&seqs, stream_in, &mut keeper)?;
     if keeper.layers.len() != w.layers.len() {
         return Err(BackendError::Train(format!(
             "fused path: the decoder's forward recorded {} of {} layers",
@@ -222,11 +233,26 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs) -> Result<Tape>
             w.layers.len()
         )));
     }
+    let longest = p.seqs.iter().map(|s| s.1).max().unwrap_or(0);
+    let (cos, sin) = rope::tables(longest, &w.inv_freq);
     let (logprobs, entropy) = match outputs {
         Outputs::LogProbs => w
             .decoder
             .logprobs_at(&x_final_t, n, &p.rows, &p.targets, true)?,
         Outputs::Hidden => (Vec::new(), Vec::new()),
+        Outputs::Stream => {
+            return Ok(Tape {
+                layers: keeper.layers,
+                x_final: Vec::new(),
+                r_final: Vec::new(),
+                hidden_rows: Vec::new(),
+                cos,
+                sin,
+                logprobs: Vec::new(),
+                entropy: Vec::new(),
+                stream_out: x_final_t,
+            });
+        }
     };
     let x_final = transpose(&x_final_t, h, n);
     let (hf, r_final) = norm::forward(&x_final, &w.final_norm.values, w.eps);
@@ -234,8 +260,6 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs) -> Result<Tape>
     for &r in &p.rows {
         hidden_rows.extend_from_slice(&hf[r * h..(r + 1) * h]);
     }
-    let longest = p.seqs.iter().map(|s| s.1).max().unwrap_or(0);
-    let (cos, sin) = rope::tables(longest, &w.inv_freq);
     Ok(Tape {
         layers: keeper.layers,
         x_final,
@@ -245,6 +269,7 @@ pub(crate) fn forward(w: &Weights, p: &Packed, outputs: Outputs) -> Result<Tape>
         sin,
         logprobs,
         entropy,
+        stream_out: Vec::new(),
     })
 }
 
@@ -277,8 +302,26 @@ fn linear_backward(x_t: &Mat, dy: Vec<f32>, m: &Matrix, sink: &mut GradSink) -> 
     mm::mul_packed(dy, &m.weight_t)
 }
 
+/// What a pipeline stage's backward starts from.
+pub(crate) enum StageGrad<'a> {
+    /// The gradients of the scored rows' log-probs and entropies (the last stage, or a whole
+    /// model).
+    LogProbs {
+        d_logp: &'a [f32],
+        d_entropy: &'a [f32],
+    },
+    /// The gradient of the final norm's output at the scored rows, `[rows, hidden]` (a critic's
+    /// value head).
+    Hidden(&'a [f32]),
+    /// The gradient of this stage's output stream, `[tokens, hidden]` (from the stage after).
+    Stream(Vec<f32>),
+}
+
 /// The backward pass: the gradient of `Σ d_logp·logp + d_entropy·entropy` over the scored rows,
 /// for every parameter, into `sink`.
+///
+/// # Errors
+/// As [`backward_stage`].
 pub(crate) fn backward(
     w: &Weights,
     p: &Packed,
@@ -287,28 +330,28 @@ pub(crate) fn backward(
     d_entropy: &[f32],
     sink: &mut GradSink,
 ) -> Result<()> {
-    let h = w.hidden;
-    let mut dw_head = w.head_trains.then(|| vec![0.0; w.vocab * h]);
-    let dh_rows = head::backward(
-        &w.head,
-        &tape.hidden_rows,
-        h,
-        &p.targets,
-        w.vocab,
-        d_logp,
-        d_entropy,
-        dw_head.as_deref_mut(),
-    );
-    match (w.head_id, dw_head) {
-        (Some(id), Some(dw)) => sink.add_matrix(id, [h, w.vocab], dw),
-        (None, Some(dw)) => sink.add_matrix(w.embed.id, [w.vocab, h], dw),
-        (_, None) => {}
-    }
-    backward_from_hidden(w, p, tape, &dh_rows, sink)
+    backward_stage(w, p, tape, StageGrad::LogProbs { d_logp, d_entropy }, sink).map(drop)
 }
 
 /// The backward from the gradient of the loss with respect to the final norm's output at the
 /// scored rows (`dh_rows`, `[rows, hidden]`): every trunk parameter's gradient, into `sink`.
+///
+/// # Errors
+/// As [`backward_stage`].
+pub(crate) fn backward_from_hidden(
+    w: &Weights,
+    p: &Packed,
+    tape: Tape,
+    dh_rows: &[f32],
+    sink: &mut GradSink,
+) -> Result<()> {
+    backward_stage(w, p, tape, StageGrad::Hidden(dh_rows), sink).map(drop)
+}
+
+/// The backward of whatever layers `w` holds, from `from`, every parameter's gradient into
+/// `sink`; returns the gradient of the stage's input stream (`[tokens, hidden]`) for the stage
+/// before, or `None` where the stage embeds the tokens (the embedding's gradient then goes to
+/// `sink`).
 ///
 /// On a tensor-parallel rank the gradient entering each block's norm from its column-parallel
 /// projections is this rank's heads' (units') part only; it is summed over the group before the
@@ -317,13 +360,13 @@ pub(crate) fn backward(
 ///
 /// # Errors
 /// [`BackendError::Collective`] when a tensor-parallel all-reduce fails.
-pub(crate) fn backward_from_hidden(
+pub(crate) fn backward_stage(
     w: &Weights,
     p: &Packed,
     tape: Tape,
-    dh_rows: &[f32],
+    from: StageGrad<'_>,
     sink: &mut GradSink,
-) -> Result<()> {
+) -> Result<Option<Vec<f32>>> {
     let completed = |mut partial: Vec<f32>| -> Result<Vec<f32>> {
         if let Some(shard) = &w.tensor_shard {
             shard.all_reduce(&mut partial)?;
@@ -331,6 +374,13 @@ pub(crate) fn backward_from_hidden(
         Ok(partial)
     };
     let (n, h, d) = (p.tokens.len(), w.hidden, w.heads.dim);
+    let dh_rows = match from {
+        StageGrad::LogProbs { d_logp, d_entropy } => {
+            Some(head_backward(w, p, &tape, d_logp, d_entropy, sink))
+        }
+        StageGrad::Hidden(dh_rows) => Some(dh_rows.to_vec()),
+        StageGrad::Stream(_) => None,
+    };
     let Tape {
         layers,
         x_final,
@@ -339,13 +389,20 @@ pub(crate) fn backward_from_hidden(
         sin,
         ..
     } = tape;
-    let mut dhf = vec![0.0; n * h];
-    for (i, &r) in p.rows.iter().enumerate() {
-        mm::add_in_place(&mut dhf[r * h..(r + 1) * h], &dh_rows[i * h..(i + 1) * h]);
-    }
-    let mut dg = vec![0.0; h];
-    let mut dx = norm::backward(&x_final, &r_final, &w.final_norm.values, &dhf, &mut dg);
-    sink.add_vector(&w.final_norm, dg);
+    let mut dx = match (dh_rows, from) {
+        (_, StageGrad::Stream(dx)) => dx,
+        (dh_rows, _) => {
+            let dh_rows = dh_rows.unwrap_or_default();
+            let mut dhf = vec![0.0; n * h];
+            for (i, &r) in p.rows.iter().enumerate() {
+                mm::add_in_place(&mut dhf[r * h..(r + 1) * h], &dh_rows[i * h..(i + 1) * h]);
+            }
+            let mut dg = vec![0.0; h];
+            let dx = norm::backward(&x_final, &r_final, &w.final_norm.values, &dhf, &mut dg);
+            sink.add_vector(&w.final_norm, dg);
+            dx
+        }
+    };
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
         let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink);
@@ -388,6 +445,9 @@ pub(crate) fn backward_from_hidden(
         sink.add_vector(&l.input_norm, dg1);
         mm::add_in_place(&mut dx, &dxm);
     }
+    if w.stage.as_ref().is_some_and(|s| !s.is_first()) {
+        return Ok(Some(dx));
+    }
     if w.embed.trains {
         let mut d_embed = vec![0.0; w.vocab * h];
         for (i, &tok) in p.tokens.iter().enumerate() {
@@ -396,5 +456,35 @@ pub(crate) fn backward_from_hidden(
         }
         sink.add_matrix(w.embed.id, [w.vocab, h], d_embed);
     }
-    Ok(())
+    Ok(None)
+}
+
+/// The LM head's backward: its weight's gradient into `sink` (the embedding's, when tied); returns
+/// the gradient of the final norm's output at the scored rows, `[rows, hidden]`.
+fn head_backward(
+    w: &Weights,
+    p: &Packed,
+    tape: &Tape,
+    d_logp: &[f32],
+    d_entropy: &[f32],
+    sink: &mut GradSink,
+) -> Vec<f32> {
+    let h = w.hidden;
+    let mut dw_head = w.head_trains.then(|| vec![0.0; w.vocab * h]);
+    let dh_rows = head::backward(
+        &w.head,
+        &tape.hidden_rows,
+        h,
+        &p.targets,
+        w.vocab,
+        d_logp,
+        d_entropy,
+        dw_head.as_deref_mut(),
+    );
+    match (w.head_id, dw_head) {
+        (Some(id), Some(dw)) => sink.add_matrix(id, [h, w.vocab], dw),
+        (None, Some(dw)) => sink.add_matrix(w.embed.id, [w.vocab, h], dw),
+        (_, None) => {}
+    }
+    dh_rows
 }

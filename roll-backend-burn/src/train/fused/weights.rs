@@ -7,7 +7,7 @@ use super::attention::Heads;
 use super::head::Head;
 use super::mm::{Mat, PackedB};
 use crate::engine::cpu::CpuDecoder;
-use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, TensorShard};
+use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, PipelineStage, TensorShard};
 use crate::{BackendError, Result};
 use burn::module::{Param, ParamId};
 use burn::nn::{Linear, RmsNorm};
@@ -88,6 +88,8 @@ pub(crate) struct Weights {
     /// This rank's slice of a tensor-parallel model (`heads` and the MLP are its own): the
     /// backward completes the gradient entering each block over the group.
     pub tensor_shard: Option<TensorShard>,
+    /// This process's stage of a pipeline-parallel model (`layers` are its own).
+    pub stage: Option<PipelineStage>,
 }
 
 /// A parameter's values (flattened), id and whether it trains.
@@ -242,6 +244,7 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
         inv_freq: m.rope.inv_freq().to_vec(),
         decoder,
         tensor_shard: m.tensor_shard().cloned(),
+        stage: m.pipeline_stage.clone(),
     })
 }
 
@@ -251,8 +254,8 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
 /// [`BackendError::UnsupportedByDecoder`] for Qwen3-MoE or MLP biases.
 pub(crate) fn extract(model: &CausalLm) -> Result<Weights> {
     match model {
-        CausalLm::Qwen2(m) => of(m, CpuDecoder::from_model(model)?),
-        CausalLm::Qwen3(m) => of(m, CpuDecoder::from_model(model)?),
+        CausalLm::Qwen2(m) => of(m, CpuDecoder::of_layers(model)?),
+        CausalLm::Qwen3(m) => of(m, CpuDecoder::of_layers(model)?),
         CausalLm::Qwen3Moe(_) => Err(BackendError::UnsupportedByDecoder {
             what: "qwen3_moe (mixture-of-experts) models on the fused training path".into(),
         }),

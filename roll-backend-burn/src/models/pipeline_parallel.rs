@@ -1,0 +1,226 @@
+//! Pipeline parallelism for dense Qwen2/Qwen3 (GPipe: Huang et al. 2019, arXiv:1811.06965;
+//! the one-forward-one-backward schedule of PipeDream-Flush: Narayanan et al. 2021,
+//! arXiv:2006.09503, as Megatron-LM runs it; ROLL's `pipeline_model_parallel_size`).
+//!
+//! Stage `s` of `P` holds decoder layers `⌊s·L/P⌋ .. ⌊(s+1)·L/P⌋`. A micro-batch's residual
+//! stream leaves one stage and enters the next as a message (point to point, over a
+//! [`Messenger`]); its gradient travels back the same way. The first stage embeds the tokens, the
+//! last runs the final norm, the LM head and the objective. The embedding, the final norm and the
+//! LM head stay on every stage (so a tied head needs no extra exchange): their gradients, made on
+//! the first and the last stage, are summed over the stages before the update, which keeps them
+//! equal everywhere.
+//!
+//! Which micro-batch a stage runs when is [`one_forward_one_backward`]: each stage runs as many
+//! forwards as there are stages after it before its first backward, then alternates, so at most
+//! `P − s` micro-batches' activations are alive on stage `s` at once (GPipe keeps all of them).
+//!
+//! A stage model trains on the fused CPU path ([`Trainer`](crate::train::Trainer)), every stage
+//! taking each step together on the same batch; it does not run a whole forward (scoring, an
+//! inference engine, saving need every layer and are refused).
+
+use crate::{BackendError, Result};
+use roll_core::strategy::{Messenger, ReduceOp};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a stage waits for a neighbour's message before it reports the neighbour as stuck.
+const NEIGHBOUR_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// This process's stage of a pipeline-parallel model, and the link to the other stages (stage
+/// `s` is rank `s` of the link).
+#[derive(Clone)]
+pub struct PipelineStage {
+    link: Arc<dyn Messenger>,
+    layers: Range<usize>,
+}
+
+impl std::fmt::Debug for PipelineStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineStage")
+            .field("stage", &self.stage())
+            .field("stages", &self.stages())
+            .field("layers", &self.layers)
+            .finish()
+    }
+}
+
+/// One step of a stage's schedule: the forward or the backward of a micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineOp {
+    /// The forward of micro-batch `i`.
+    Forward(usize),
+    /// The backward of micro-batch `i`.
+    Backward(usize),
+}
+
+/// Stage `stage` of `stages`'s order of work over `micro_batches` micro-batches, one forward one
+/// backward: `min(stages − stage − 1, micro_batches)` forwards (warm-up), then forward and
+/// backward in turn, then the remaining backwards (cool-down). Every micro-batch's forward comes
+/// before its backward, and each stage runs the micro-batches in order both ways.
+pub fn one_forward_one_backward(
+    stage: usize,
+    stages: usize,
+    micro_batches: usize,
+) -> Vec<PipelineOp> {
+    let warmup = (stages.saturating_sub(stage + 1)).min(micro_batches);
+    let mut ops: Vec<PipelineOp> = (0..warmup).map(PipelineOp::Forward).collect();
+    for i in 0..micro_batches - warmup {
+        ops.push(PipelineOp::Forward(warmup + i));
+        ops.push(PipelineOp::Backward(i));
+    }
+    ops.extend((micro_batches - warmup..micro_batches).map(PipelineOp::Backward));
+    ops
+}
+
+impl PipelineStage {
+    /// Stage `link.rank()` of a pipeline of `link.world_size()` stages over a model of
+    /// `num_layers` layers.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] when there are more stages than layers (a stage would hold
+    /// none).
+    pub(crate) fn new(link: Arc<dyn Messenger>, num_layers: usize) -> Result<Self> {
+        let (s, p) = (link.rank(), link.world_size());
+        if p == 0 || p > num_layers {
+            return Err(BackendError::InvalidInput(format!(
+                "{p} pipeline stages for {num_layers} layers: each stage needs at least one"
+            )));
+        }
+        Ok(Self {
+            layers: s * num_layers / p..(s + 1) * num_layers / p,
+            link,
+        })
+    }
+
+    /// This stage's index.
+    pub fn stage(&self) -> usize {
+        self.link.rank()
+    }
+
+    /// Stages in the pipeline.
+    pub fn stages(&self) -> usize {
+        self.link.world_size()
+    }
+
+    /// The decoder layers this stage holds (indices in the whole model).
+    pub fn layers(&self) -> Range<usize> {
+        self.layers.clone()
+    }
+
+    /// Whether this stage embeds the tokens.
+    pub fn is_first(&self) -> bool {
+        self.stage() == 0
+    }
+
+    /// Whether this stage runs the LM head and the objective.
+    pub fn is_last(&self) -> bool {
+        self.stage() + 1 == self.stages()
+    }
+
+    /// This stage's schedule over `micro_batches` micro-batches.
+    pub fn schedule(&self, micro_batches: usize) -> Vec<PipelineOp> {
+        one_forward_one_backward(self.stage(), self.stages(), micro_batches)
+    }
+
+    /// Sends `values` to the next stage (`+1`) or the previous one (`-1`).
+    pub(crate) fn send(&self, next: bool, values: &[f32]) -> Result<()> {
+        let to = self.neighbour(next);
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.link
+            .send(to, &bytes)
+            .map_err(|e| self.failed(to, &e.to_string()))
+    }
+
+    /// The next message from the next stage or the previous one.
+    pub(crate) fn receive(&self, next: bool) -> Result<Vec<f32>> {
+        let from = self.neighbour(next);
+        let start = Instant::now();
+        loop {
+            let waited = start.elapsed();
+            if waited >= NEIGHBOUR_TIMEOUT {
+                return Err(self.failed(from, &format!("nothing came in {waited:?}")));
+            }
+            match self.link.receive(from, Duration::from_secs(1)) {
+                Ok(Some(bytes)) => {
+                    return Ok(bytes
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect());
+                }
+                Ok(None) => {}
+                Err(e) => return Err(self.failed(from, &e.to_string())),
+            }
+        }
+    }
+
+    /// Sums `values` over the stages in place.
+    pub(crate) fn all_reduce(&self, values: &mut [f32]) -> Result<()> {
+        self.link
+            .all_reduce(values, ReduceOp::Sum)
+            .map_err(|e| BackendError::Collective(Box::new(e)))
+    }
+
+    /// The pipeline's group, for the collectives of a training step.
+    pub(crate) fn group(&self) -> Arc<dyn roll_core::strategy::Strategy> {
+        self.link.clone()
+    }
+
+    fn neighbour(&self, next: bool) -> usize {
+        if next {
+            self.stage() + 1
+        } else {
+            self.stage().saturating_sub(1)
+        }
+    }
+
+    fn failed(&self, neighbour: usize, reason: &str) -> BackendError {
+        BackendError::Pipeline {
+            stage: self.stage(),
+            neighbour,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PipelineOp::{Backward as B, Forward as F};
+    use super::*;
+
+    #[test]
+    fn one_forward_one_backward_by_hand() {
+        // Two stages, three micro-batches: stage 0 runs one forward ahead.
+        assert_eq!(
+            one_forward_one_backward(0, 2, 3),
+            [F(0), F(1), B(0), F(2), B(1), B(2)]
+        );
+        assert_eq!(
+            one_forward_one_backward(1, 2, 3),
+            [F(0), B(0), F(1), B(1), F(2), B(2)]
+        );
+        // Four stages, two micro-batches: the warm-up is cut to the micro-batches there are.
+        assert_eq!(one_forward_one_backward(0, 4, 2), [F(0), F(1), B(0), B(1)]);
+        assert_eq!(one_forward_one_backward(2, 4, 2), [F(0), F(1), B(0), B(1)]);
+        assert_eq!(one_forward_one_backward(3, 4, 2), [F(0), B(0), F(1), B(1)]);
+        assert!(one_forward_one_backward(0, 2, 0).is_empty());
+        // Every micro-batch once each way, forward first, on every stage.
+        for (s, p, m) in [(0, 3, 5), (1, 3, 5), (2, 3, 5), (0, 1, 4)] {
+            let ops = one_forward_one_backward(s, p, m);
+            assert_eq!(ops.len(), 2 * m);
+            for i in 0..m {
+                let f = ops.iter().position(|&o| o == F(i)).unwrap();
+                let b = ops.iter().position(|&o| o == B(i)).unwrap();
+                assert!(f < b, "stage {s} of {p}: micro-batch {i}");
+            }
+            // At most `p − s` micro-batches in flight.
+            let mut live = 0i64;
+            let mut peak = 0;
+            for op in ops {
+                live += if matches!(op, F(_)) { 1 } else { -1 };
+                peak = peak.max(live);
+            }
+            assert!(peak as usize <= p - s, "stage {s} of {p}: {peak} in flight");
+        }
+    }
+}
