@@ -482,65 +482,112 @@ fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
 }
 
 #[test]
-fn tensor_parallel_refusals_name_the_cause() {
+fn model_parallel_refusals_name_the_cause() {
     let device = Device::flex();
     let errors = on_ranks(3, |group| {
         // 4 query heads over 3 ranks.
         qwen2().shard_tensors(group).unwrap_err().to_string()
     });
     assert!(errors[0].contains("4 query heads"), "{}", errors[0]);
-    let errors = on_ranks(1, |group| {
-        let shard = qwen2().shard_tensors(group.clone()).unwrap();
-        let autodiff = TrainerConfig {
-            kernels: TrainKernels::Autodiff,
-            ..Default::default()
-        };
-        let lora = TrainerConfig {
-            lora: Some(LoraConfig {
-                rank: 2,
-                alpha: 4.0,
-                target_modules: vec!["q_proj".into()],
-            }),
-            ..Default::default()
-        };
-        vec![
-            Trainer::new(shard.clone(), autodiff, &device)
-                .err()
-                .map(|e| e.to_string()),
-            Trainer::new(shard.clone(), lora, &device)
-                .err()
-                .map(|e| e.to_string()),
-            Engine::for_model(&shard, &device, EngineConfig::default(), None)
-                .err()
-                .map(|e| e.to_string()),
-            save_model(
-                &shard,
-                std::env::temp_dir().join("roll-tp-refused"),
-                &SaveOptions::default(),
-            )
-            .err()
-            .map(|e| e.to_string()),
-            shard
-                .shard_tensors(group.clone())
-                .err()
-                .map(|e| e.to_string()),
-            CausalLm::init(&qwen3_moe_config(), &device)
-                .unwrap()
-                .shard_tensors(group)
-                .err()
-                .map(|e| e.to_string()),
+    let errors = on_ranks(5, |link| {
+        // 4 layers over 5 stages.
+        qwen2().split_stages(link).unwrap_err().to_string()
+    });
+    assert!(
+        errors[0].contains("5 pipeline stages for 4 layers"),
+        "{}",
+        errors[0]
+    );
+    let autodiff = TrainerConfig {
+        kernels: TrainKernels::Autodiff,
+        ..Default::default()
+    };
+    let lora = TrainerConfig {
+        lora: Some(LoraConfig {
+            rank: 2,
+            alpha: 4.0,
+            target_modules: vec!["q_proj".into()],
+        }),
+        ..Default::default()
+    };
+    let error = |r: Result<_, roll_backend_burn::BackendError>| r.err().map(|e| e.to_string());
+    let errors = on_ranks(1, |link| {
+        let parts = [
+            (
+                "tensor-parallel",
+                qwen2().shard_tensors(link.clone()).unwrap(),
+            ),
+            (
+                "pipeline stage",
+                qwen2().split_stages(link.clone()).unwrap(),
+            ),
+        ];
+        parts.map(|(kind, part)| {
+            let refused = [
+                (
+                    "fused CPU path",
+                    error(Trainer::new(part.clone(), autodiff.clone(), &device).map(drop)),
+                ),
+                (
+                    "fused CPU path",
+                    error(Trainer::new(part.clone(), lora.clone(), &device).map(drop)),
+                ),
+                (
+                    "serve an inference engine",
+                    error(
+                        Engine::for_model(&part, &device, EngineConfig::default(), None).map(drop),
+                    ),
+                ),
+                (
+                    "be saved",
+                    error(
+                        save_model(
+                            &part,
+                            std::env::temp_dir().join("roll-mp-refused"),
+                            &SaveOptions::default(),
+                        )
+                        .map(drop),
+                    ),
+                ),
+                (
+                    "already sharded",
+                    error(part.clone().shard_tensors(link.clone()).map(drop)),
+                ),
+                (
+                    "already sharded",
+                    error(part.clone().split_stages(link.clone()).map(drop)),
+                ),
+            ];
+            (kind, refused)
+        })
+    });
+    for (kind, refused) in errors.into_iter().flatten() {
+        for (what, err) in refused {
+            let err = err.unwrap_or_else(|| panic!("a {kind} was allowed: {what}"));
+            assert!(err.contains(what) && err.contains(kind), "{err}");
+        }
+    }
+    // What only a whole model does, and a mixture of experts.
+    let errors = on_ranks(1, |link| {
+        let stage = qwen2().split_stages(link.clone()).unwrap();
+        let moe = || CausalLm::init(&qwen3_moe_config(), &device).unwrap();
+        [
+            (
+                "run a whole forward",
+                error(CpuDecoder::from_model(&stage).map(drop)),
+            ),
+            (
+                "shard_experts",
+                error(moe().shard_tensors(link.clone()).map(drop)),
+            ),
+            (
+                "dense qwen2/qwen3",
+                error(moe().split_stages(link).map(drop)),
+            ),
         ]
     });
-    let expected = [
-        "fused CPU path",
-        "fused CPU path",
-        "serve an inference engine",
-        "be saved",
-        "already sharded",
-        "shard_experts",
-    ];
-    for (err, what) in errors[0].iter().zip(expected) {
-        let err = err.as_ref().unwrap_or_else(|| panic!("allowed: {what}"));
+    for (what, err) in errors.into_iter().flatten() {
+        let err = err.unwrap_or_else(|| panic!("allowed: {what}"));
         assert!(err.contains(what), "{err}");
     }
 }

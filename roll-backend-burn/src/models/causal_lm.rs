@@ -176,10 +176,10 @@ impl CausalLm {
     /// [`CausalLm::shard_experts`]), a model already sharded, or heads or MLP width that the
     /// group's size does not divide.
     pub fn shard_tensors(self, group: Arc<dyn Strategy>) -> Result<Self> {
-        if self.is_sharded() {
-            return Err(BackendError::InvalidInput(
-                "this model is already sharded; shard the whole model".into(),
-            ));
+        if let Some(kind) = self.sharding() {
+            return Err(BackendError::InvalidInput(format!(
+                "{kind}: it is already sharded; shard the whole model"
+            )));
         }
         fn shard<A: Architecture<FeedForward = Mlp>>(
             mut m: Decoder<A>,
@@ -219,10 +219,10 @@ impl CausalLm {
     /// [`BackendError::InvalidInput`] for a mixture of experts, a model already sharded, or more
     /// stages than layers.
     pub fn split_stages(self, link: Arc<dyn Messenger>) -> Result<Self> {
-        if self.is_sharded() {
-            return Err(BackendError::InvalidInput(
-                "this model is already sharded; split the whole model into stages".into(),
-            ));
+        if let Some(kind) = self.sharding() {
+            return Err(BackendError::InvalidInput(format!(
+                "{kind}: it is already sharded; split the whole model into stages"
+            )));
         }
         fn split<A: Architecture<FeedForward = Mlp>>(
             mut m: Decoder<A>,
@@ -296,7 +296,24 @@ impl CausalLm {
 
     /// Whether this model holds only a part of its weights (expert or tensor parallel).
     pub fn is_sharded(&self) -> bool {
-        self.is_expert_sharded() || self.tensor_shard().is_some() || self.pipeline_stage().is_some()
+        self.sharding().is_some()
+    }
+
+    /// What part of its weights a sharded model holds, in words; `None` when whole.
+    fn sharding(&self) -> Option<&'static str> {
+        if self.is_expert_sharded() {
+            Some(
+                "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts",
+            )
+        } else if self.tensor_shard().is_some() {
+            Some(
+                "a tensor-parallel model (CausalLm::shard_tensors) holds only a slice of its layers",
+            )
+        } else if self.pipeline_stage().is_some() {
+            Some("a pipeline stage (CausalLm::split_stages) holds only some of the layers")
+        } else {
+            None
+        }
     }
 
     /// Refuses a sharded model where the whole model is needed (`what` it was going to do).
@@ -304,13 +321,7 @@ impl CausalLm {
     /// # Errors
     /// [`BackendError::InvalidInput`] naming `what`.
     pub(crate) fn require_whole(&self, what: &str) -> Result<()> {
-        let kind = if self.is_expert_sharded() {
-            "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts"
-        } else if self.tensor_shard().is_some() {
-            "a tensor-parallel model (CausalLm::shard_tensors) holds only a slice of its layers"
-        } else if self.pipeline_stage().is_some() {
-            "a pipeline stage (CausalLm::split_stages) holds only some of the layers"
-        } else {
+        let Some(kind) = self.sharding() else {
             return Ok(());
         };
         Err(BackendError::InvalidInput(format!(
