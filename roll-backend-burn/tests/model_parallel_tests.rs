@@ -257,6 +257,9 @@ fn tensor_parallel_forward_equals_the_whole_model_on_every_rank() {
 
 type Values = HashMap<ParamId, (Vec<usize>, Vec<f32>)>;
 
+/// A trainer's steps (gradients and report each) and its weights after them.
+type Trained = (Vec<(Values, TrainStepReport)>, Values);
+
 /// Every float parameter of a module (or its gradient in `grads`): id → (shape, values).
 #[derive(Default)]
 struct ById<'a> {
@@ -289,7 +292,7 @@ fn by_id(m: &CausalLm, grads: Option<&GradientsParams>) -> Values {
 }
 
 /// A trainer's steps on `batches` (gradients and reports) and its weights after them.
-fn train(mut trainer: Trainer, batches: &[TrainBatch]) -> (Vec<(Values, TrainStepReport)>, Values) {
+fn train(mut trainer: Trainer, batches: &[TrainBatch]) -> Trained {
     let steps = batches.iter().map(|b| step(&mut trainer, b)).collect();
     (steps, by_id(&trainer.inference_model().unwrap(), None))
 }
@@ -298,8 +301,8 @@ fn train(mut trainer: Trainer, batches: &[TrainBatch]) -> (Vec<(Values, TrainSte
 /// gradients and the weights of what each rank holds (its slice of them).
 fn assert_ranks_match(
     name: &str,
-    want: &(Vec<(Values, TrainStepReport)>, Values),
-    ranks: Vec<(usize, (Vec<(Values, TrainStepReport)>, Values))>,
+    want: &Trained,
+    ranks: Vec<(usize, Trained)>,
 ) {
     for (rank, (steps, params)) in ranks {
         for (i, ((want_grads, want), (grads, got))) in want.0.iter().zip(&steps).enumerate() {
