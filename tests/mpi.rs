@@ -14,7 +14,11 @@
 //!    and checks it against the whole model's forward;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
 //!    split three ways): the forward's logits, then one training step on the fused CPU path,
-//!    after which the sliced model's logits are the whole trainer's.
+//!    after which the sliced model's logits are the whole trainer's;
+//! 6. trains the tiny fixture pipeline-parallel over three stages (its 4 layers as 1 + 1 + 2),
+//!    micro-batches one forward one backward, activations and gradients as MPI messages (past
+//!    the eager limit, so a schedule in which two ranks send to each other at once would hang),
+//!    and checks each stage's weights after two steps against the whole trainer's.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -77,6 +81,9 @@ fn main() -> ExitCode {
         "rank 2: expert-parallel forward equals the whole model",
         "rank 0: tensor-parallel forward and training step equal the whole model's",
         "rank 1: tensor-parallel forward and training step equal the whole model's",
+        "rank 0: pipeline stage of layers 0..1 trains as the whole model",
+        "rank 1: pipeline stage of layers 1..2 trains as the whole model",
+        "rank 2: pipeline stage of layers 2..4 trains as the whole model",
     ];
     let missing: Vec<&str> = expected
         .into_iter()
@@ -125,7 +132,76 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
              (max |Δ| of the logits {before:e} before the step, {after:e} after)"
         );
     }
+    let (layers, worst) = pipeline_steps(group.clone())?;
+    println!(
+        "rank {rank}: pipeline stage of layers {layers:?} trains as the whole model \
+         (max |Δ| {worst:e})"
+    );
     Ok(())
+}
+
+/// Two steps of the fixture over the job's ranks as pipeline stages, against the whole
+/// trainer's: this stage's layers and the largest difference of its weights.
+fn pipeline_steps(link: Arc<dyn Messenger>) -> anyhow::Result<(std::ops::Range<usize>, f32)> {
+    use std::collections::HashMap;
+    let device = Device::flex();
+    let model = load_model(FIXTURE, &device)?;
+    let config = TrainerConfig {
+        lr: 1e-4,
+        micro_batch_tokens: Some(24),
+        ..TrainerConfig::default()
+    };
+    let objective = roll::core::policy::Objective::default();
+    let mut whole = Trainer::new(model.clone(), config.clone(), &device)?;
+    let stage = model.clone().split_stages(link)?;
+    let layers = stage
+        .pipeline_stage()
+        .map(|s| s.layers())
+        .unwrap_or_default();
+    let mut part = Trainer::new(stage, config, &device)?;
+    for seed in [3, 4] {
+        let batch = batch(seed);
+        let want = whole.step(&batch, &objective)?;
+        let got = part.step(&batch, &objective)?;
+        anyhow::ensure!(
+            got.micro_batches >= 3,
+            "{} micro-batches",
+            got.micro_batches
+        );
+        let rel = (want.grad_norm - got.grad_norm).abs() / want.grad_norm;
+        anyhow::ensure!(
+            rel < 1e-5,
+            "grad norm {} vs {}",
+            got.grad_norm,
+            want.grad_norm
+        );
+    }
+    let by_id = |m: &roll::backend::CausalLm| {
+        #[derive(Default)]
+        struct Collect(HashMap<burn::module::ParamId, Vec<f32>>);
+        impl ModuleVisitor for Collect {
+            fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+                let data = p.val().into_data().convert::<f32>();
+                self.0
+                    .insert(p.id, data.try_to_vec::<f32>().unwrap_or_default());
+            }
+        }
+        let mut c = Collect::default();
+        m.visit(&mut c);
+        c.0
+    };
+    let want = by_id(&whole.inference_model()?);
+    let got = by_id(&part.inference_model()?);
+    let mut worst = 0.0f32;
+    for (id, v) in &got {
+        anyhow::ensure!(v.iter().all(|x| x.is_finite()), "non-finite weights");
+        let w = want
+            .get(id)
+            .ok_or_else(|| anyhow::anyhow!("a stage parameter the whole model lacks"))?;
+        worst = worst.max(max_diff(w, v));
+    }
+    anyhow::ensure!(worst <= 1e-5, "a stage's weights differ by {worst}");
+    Ok((layers, worst))
 }
 
 /// The fixture's logits sharded over `pair`, against the whole model's, before and after one

@@ -299,11 +299,7 @@ fn train(mut trainer: Trainer, batches: &[TrainBatch]) -> Trained {
 
 /// Checks every rank's steps and weights against the whole trainer's (`want`): reports, the
 /// gradients and the weights of what each rank holds (its slice of them).
-fn assert_ranks_match(
-    name: &str,
-    want: &Trained,
-    ranks: Vec<(usize, Trained)>,
-) {
+fn assert_ranks_match(name: &str, want: &Trained, ranks: Vec<(usize, Trained)>) {
     for (rank, (steps, params)) in ranks {
         for (i, ((want_grads, want), (grads, got))) in want.0.iter().zip(&steps).enumerate() {
             assert!(want.grad_norm > 0.5, "{name}: clipping is active");
