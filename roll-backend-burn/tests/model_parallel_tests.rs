@@ -590,3 +590,28 @@ fn model_parallel_refusals_name_the_cause() {
         assert!(err.contains(what), "{err}");
     }
 }
+
+#[test]
+fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
+    for (name, model) in [("qwen2", qwen2()), ("qwen3", qwen3())] {
+        let want = support::params(&model);
+        let tensor = on_ranks(2, |group| {
+            let part = model.clone().shard_tensors(group).unwrap();
+            support::params(&part.gather().unwrap())
+        });
+        let layers = model.decoder_config().num_hidden_layers;
+        let pipeline = on_ranks(layers, |link| {
+            let part = model.clone().split_stages(link).unwrap();
+            support::params(&part.gather().unwrap())
+        });
+        for (kind, got) in [("tensor", tensor), ("pipeline", pipeline)] {
+            for (rank, got) in got.iter().enumerate() {
+                // Bit for bit: each value is written once and added to zeros.
+                assert!(got == &want, "{name} {kind} rank {rank}");
+            }
+        }
+    }
+    // A whole model gathers to itself.
+    let model = qwen2();
+    assert!(support::params(&model.gather().unwrap()) == support::params(&model));
+}

@@ -116,6 +116,10 @@ pub struct MpiReplica {
 /// must never match roll's).
 const SUBGROUP_TAG: i32 = 8;
 
+/// The tags of sub-groups' messages, one per group (by its members): above roll's other tags
+/// and below 32767, the least upper bound MPI guarantees.
+const GROUP_TAGS: std::ops::Range<i32> = 100..32_000;
+
 /// A collective over the whole job (`members` `None`) or over some of its ranks (ascending),
 /// with the right to call MPI held. For some ranks, a communicator over them is made for the
 /// call (`MPI_Comm_create_group`, among the members alone) and freed after it: a communicator is
@@ -283,6 +287,8 @@ pub struct MpiGroup {
     rank: usize,
     size: usize,
     device: DeviceSpec,
+    /// The tag of the group's messages.
+    tag: i32,
 }
 
 impl Strategy for MpiGroup {
@@ -344,6 +350,82 @@ impl MpiReplica {
     }
 }
 
+/// Sends `bytes` to rank `to` of the job with `tag`.
+fn send_tagged(world: &MpiWorld, to: i32, tag: i32, bytes: &[u8]) -> Result<()> {
+    if i32::try_from(bytes.len()).is_err() {
+        return Err(strategy_error(format!(
+            "a message of {} bytes: MPI counts are 32-bit, send it in parts below 2 GiB",
+            bytes.len()
+        )));
+    }
+    let (_call, comm) = world.call();
+    comm.process_at_rank(to).send_with_tag(bytes, tag);
+    Ok(())
+}
+
+/// The next message with `tag` from rank `from` of the job, probing at growing intervals until
+/// `timeout`.
+fn receive_tagged(
+    world: &MpiWorld,
+    from: i32,
+    tag: i32,
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = FIRST_PROBE;
+    loop {
+        {
+            let (_call, comm) = world.call();
+            if let Some((message, status)) = comm
+                .process_at_rank(from)
+                .immediate_matched_probe_with_tag(tag)
+            {
+                let len = usize::try_from(status.count(u8::equivalent_datatype()))
+                    .map_err(|_| strategy_error("a message of negative length".into()))?;
+                let mut bytes = vec![0u8; len];
+                message.matched_receive_into(&mut bytes[..]);
+                return Ok(Some(bytes));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(LAST_PROBE);
+    }
+}
+
+/// A sub-group of the job over `members` (ranks of the job, ascending; checked by the caller)
+/// as `rank` sees it; `None` when `rank` is not a member.
+fn group_of(
+    world: &Arc<MpiWorld>,
+    members: &[usize],
+    device: DeviceSpec,
+) -> Result<Option<Arc<dyn Messenger>>> {
+    let Some(rank) = members.iter().position(|&m| m == world.rank) else {
+        return Ok(None);
+    };
+    let ranks: Vec<i32> = members
+        .iter()
+        .map(|&m| i32::try_from(m))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| strategy_error(format!("ranks {members:?} beyond MPI's range")))?;
+    // A tag of the group's own, so that its messages never match the job's (or another
+    // group's) between the same two processes.
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(&ranks, &mut hasher);
+    let tag =
+        GROUP_TAGS.start + (std::hash::Hasher::finish(&hasher) % GROUP_TAGS.len() as u64) as i32;
+    Ok(Some(Arc::new(MpiGroup {
+        world: world.clone(),
+        members: ranks.into(),
+        rank,
+        size: members.len(),
+        device,
+        tag,
+    })))
+}
+
 /// Messages are `MPI_Send`s with roll's tag, received by probing (`MPI_Improbe`, then
 /// `MPI_Mrecv`) at growing intervals (10 µs, doubling up to 1 ms) without holding the lock
 /// in between: a rank waiting for a message neither spins on a core nor keeps its other threads
@@ -351,61 +433,41 @@ impl MpiReplica {
 impl Messenger for MpiReplica {
     /// No message is exchanged: each collective of the group makes its communicator among the
     /// members alone (`MPI_Comm_create_group`), so the other ranks need not take part.
-    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Strategy>>> {
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>> {
         roll_core::strategy::check_members(members, self.world.size)?;
-        let Some(rank) = members.iter().position(|&m| m == self.world.rank) else {
-            return Ok(None);
-        };
-        let ranks: Vec<i32> = members
-            .iter()
-            .map(|&m| i32::try_from(m))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|_| strategy_error(format!("ranks {members:?} beyond MPI's range")))?;
-        Ok(Some(Arc::new(MpiGroup {
-            world: self.world.clone(),
-            members: ranks.into(),
-            rank,
-            size: members.len(),
-            device: self.device,
-        })))
+        group_of(&self.world, members, self.device)
     }
 
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let to = self.peer(to, "message receiver")?;
-        if i32::try_from(bytes.len()).is_err() {
-            return Err(strategy_error(format!(
-                "a message of {} bytes: MPI counts are 32-bit, send it in parts below 2 GiB",
-                bytes.len()
-            )));
-        }
-        let (_call, world) = self.world.call();
-        world.process_at_rank(to).send_with_tag(bytes, MESSAGE_TAG);
-        Ok(())
+        send_tagged(&self.world, to, MESSAGE_TAG, bytes)
     }
 
     fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
         let from = self.peer(from, "message sender")?;
-        let deadline = Instant::now() + timeout;
-        let mut pause = FIRST_PROBE;
-        loop {
-            {
-                let (_call, world) = self.world.call();
-                if let Some((message, status)) = world
-                    .process_at_rank(from)
-                    .immediate_matched_probe_with_tag(MESSAGE_TAG)
-                {
-                    let len = usize::try_from(status.count(u8::equivalent_datatype()))
-                        .map_err(|_| strategy_error("a message of negative length".into()))?;
-                    let mut bytes = vec![0u8; len];
-                    message.matched_receive_into(&mut bytes[..]);
-                    return Ok(Some(bytes));
-                }
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-            pause = (pause * 2).min(LAST_PROBE);
-        }
+        receive_tagged(&self.world, from, MESSAGE_TAG, timeout)
+    }
+}
+
+/// A sub-group's messages go between its members' processes with the group's own tag.
+impl Messenger for MpiGroup {
+    /// Members are ranks of this group; as [`MpiReplica`]'s, no message is exchanged.
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>> {
+        roll_core::strategy::check_members(members, self.size)?;
+        let of_job: Vec<usize> = members
+            .iter()
+            .map(|&m| usize::try_from(self.members[m]).unwrap_or(usize::MAX))
+            .collect();
+        group_of(&self.world, &of_job, self.device)
+    }
+
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
+        check_rank(to, self.size, "message receiver")?;
+        send_tagged(&self.world, self.members[to], self.tag, bytes)
+    }
+
+    fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        check_rank(from, self.size, "message sender")?;
+        receive_tagged(&self.world, self.members[from], self.tag, timeout)
     }
 }

@@ -7,6 +7,7 @@ mod batch;
 mod causal_lm;
 mod decoder;
 pub mod expert_parallel;
+mod gather;
 mod linear;
 mod logprobs;
 mod mlp;

@@ -357,7 +357,7 @@ impl Strategy for LocalReplica {
 }
 
 impl Messenger for LocalReplica {
-    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Strategy>>> {
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>> {
         check_members(members, self.world_size())?;
         let mut hasher = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(members, &mut hasher);

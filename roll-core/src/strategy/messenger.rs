@@ -41,14 +41,17 @@ pub trait Messenger: Strategy {
     /// ([`Error::ReplicaFailed`](crate::Error::ReplicaFailed)).
     fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>>;
 
-    /// A group of some of the job's ranks, with collectives of its own: every rank of the job
-    /// calls it with the same `members` (ranks of the job, ascending), as a collective; a member
-    /// gets its replica of the group (its rank there is its index in `members`), any other rank
-    /// `None`. How the trainers of a job with rollout ranks reduce among themselves only.
+    /// A group of some of the job's ranks, with collectives and messages of its own: every rank
+    /// of the job calls it with the same `members` (ranks of the job, ascending), as a
+    /// collective; a member gets its replica of the group (its rank there is its index in
+    /// `members`), any other rank `None`. How the trainers of a job with rollout ranks reduce
+    /// among themselves only, and how the ranks holding parts of one model (tensor or pipeline
+    /// parallel) exchange them. A sub-group's own sub-groups are formed the same way among its
+    /// members.
     ///
     /// # Errors
     /// Members that are not distinct ascending ranks of the job, or a failed collective.
-    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Strategy>>>;
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>>;
 }
 
 /// Checks the members of a sub-group ([`Messenger::subgroup`]): distinct ranks of a job of
