@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
     let group: Arc<dyn Messenger> = Arc::new(world.replica(config.model.device));
     if world.rank() > 0 {
         match follow(&config, group)? {
-            Followed::Trained { steps } => {
+            Followed::Trained { steps, .. } => {
                 println!(
                     "rank {}: trained {steps} steps of rank 0's run",
                     world.rank()

@@ -3,9 +3,12 @@
 //! disaggregated (`rollout.ranks`), ranks 1 and 2 only generate and rank 0 trains. Either way
 //! it trains as the same run in one process (the same rollouts, so the same steps), the
 //! followers are released when the leader's run ends, and a run stopped after a step resumes
-//! from its checkpoint on every rank and ends where the uninterrupted run does.
+//! from its checkpoint on every rank and ends where the uninterrupted run does. With
+//! `model.tensor_parallel` or `model.pipeline_parallel` the training ranks hold the actor in
+//! parts, and the run still trains as the one in one process.
 //! (`roll-mpi`'s tests run the same across processes under `mpirun`.)
 
+use roll::backend::PartKind;
 use roll::core::config::ConfigLoader;
 use roll::prelude::*;
 use std::sync::Arc;
@@ -58,7 +61,7 @@ async fn led_run(
 }
 
 fn trained(steps: usize) -> Vec<Followed> {
-    vec![Followed::Trained { steps }]
+    vec![Followed::Trained { steps, part: None }]
 }
 
 /// The run in one process, on `out_dir(name)`: that directory, its step reports and final
@@ -170,7 +173,13 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
         worst <= 1e-5,
         "2 trainers + 2 rollout ranks differ by {worst}"
     );
-    assert_eq!(served[0], Followed::Trained { steps: 2 });
+    assert_eq!(
+        served[0],
+        Followed::Trained {
+            steps: 2,
+            part: None
+        }
+    );
     assert!(matches!(
         served[1..],
         [Followed::Generated(_), Followed::Generated(_)]
@@ -191,6 +200,67 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
     let worst = max_param_diff(&alone_model, &resumed_model);
     assert!(worst <= 1e-5, "the resumed run differs by {worst}");
     for dir in [alone_out, out, both_out, resumed_out] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
+    let (alone_out, alone_reports, alone_model) = alone_run("parts-alone").await;
+    let mut outs = vec![alone_out];
+    // Two ranks holding slices of every layer; two pipeline stages; and two copies of two
+    // slices each, trained data-parallel, beside a rollout rank.
+    let cases: [(&str, &[&str], usize, PartKind); 3] = [
+        (
+            "parts-tensor",
+            &["model.tensor_parallel=2"],
+            2,
+            PartKind::Tensor,
+        ),
+        (
+            "parts-pipeline",
+            &["model.pipeline_parallel=2"],
+            2,
+            PartKind::Pipeline,
+        ),
+        (
+            "parts-tensor-data",
+            &["model.tensor_parallel=2", "rollout.ranks=1"],
+            5,
+            PartKind::Tensor,
+        ),
+    ];
+    for (name, extra, ranks, kind) in cases {
+        let out = out_dir(name);
+        let (reports, model, served) = led_run(config(&out, extra), ranks).await;
+        outs.push(out);
+        same_steps(
+            &alone_reports,
+            &reports,
+            &["actor/trained_tokens", "actor/sequences"],
+        );
+        for b in &reports {
+            let gap = b.metrics["actor/train_infer_logprob_gap"];
+            assert_eq!(gap, 0.0, "{name}: the engine serves the gathered model");
+        }
+        let worst = max_param_diff(&alone_model, &model);
+        assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
+        let trainers = served
+            .iter()
+            .filter(|f| {
+                **f == Followed::Trained {
+                    steps: 2,
+                    part: Some(kind),
+                }
+            })
+            .count();
+        assert_eq!(
+            trainers,
+            ranks - 1 - usize::from(ranks == 5),
+            "{name}: {served:?}"
+        );
+    }
+    for dir in outs {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
@@ -216,6 +286,51 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         err.contains("rollout.ranks") && err.contains("fewer than the job's 2"),
         "{err}"
     );
+    // The parts of a model are held by processes; three training ranks do not split in two;
+    // each rank holds part of the trainer's state, which no checkpoint covers yet.
+    let err = build(config(&out, &["model.tensor_parallel=2"]))
+        .build()
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("model.tensor_parallel") && err.contains("one process"),
+        "{err}"
+    );
+    let three = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).expect("group");
+    for (extra, expected) in [
+        (
+            &["model.pipeline_parallel=2"][..],
+            "a divisor of the 3 training processes",
+        ),
+        (
+            &[
+                "model.tensor_parallel=3",
+                "rollout.ranks=0",
+                "run.save_every=1",
+            ][..],
+            "checkpoint",
+        ),
+        (
+            &["model.tensor_parallel=2", "model.pipeline_parallel=2"][..],
+            "do not combine",
+        ),
+    ] {
+        let err = ConfigLoader::new()
+            .toml_str(tiny_rlvr_toml(&out))
+            .overrides(extra.iter().copied())
+            .load()
+            .map_err(|e| e.to_string())
+            .and_then(|c| {
+                build(c)
+                    .lead(Arc::new(three[0].clone()))
+                    .build()
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+            .expect_err("refused");
+        assert!(err.contains(expected), "{extra:?}: {err}");
+    }
 }
 
 #[test]

@@ -323,7 +323,9 @@ fn grpo_run_across_ranks(
         .load()?;
     if group.rank() > 0 {
         match follow(&config, group.clone())? {
-            Followed::Trained { steps } => println!("rank {}: served {steps} steps", group.rank()),
+            Followed::Trained { steps, .. } => {
+                println!("rank {}: served {steps} steps", group.rank())
+            }
             Followed::Generated(s) => println!(
                 "rank {}: generated for {} steps, serving weight version {} ({} requests)",
                 group.rank(),

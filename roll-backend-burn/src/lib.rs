@@ -76,7 +76,10 @@ pub use models::{
     CausalLm, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy,
     token_logprobs_from_logits,
 };
-pub use policy::{BurnCritic, BurnFrozen, BurnPolicy, BurnReference, Placement, PolicyOptions};
+pub use policy::{
+    BurnCritic, BurnFrozen, BurnPolicy, BurnReference, ModelParts, PartKind, Placement,
+    PolicyOptions,
+};
 pub use scoring::{ScoringOptions, score, token_logprobs};
 pub use tokenizer::HfTokenizer;
 

@@ -60,7 +60,7 @@ use roll_core::policy::{
     Generate, Generation, GenerationRequest, Objective, SamplingParams, Score, ScoreKernels,
     ScoreRequest, ScoreSequence, TokenScores, Train, TrainOutput,
 };
-use roll_core::strategy::{DeviceSpec, Strategy};
+use roll_core::strategy::{DeviceSpec, Messenger, Strategy};
 use roll_core::{Tokenizer, TrainBatch, WeightVersion};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -82,9 +82,49 @@ pub enum Placement {
     Leader {
         /// This process's device.
         device: DeviceSpec,
-        /// Rank 0 of the group.
+        /// Rank 0 of the group: every training rank.
         group: Arc<dyn Strategy>,
+        /// When the ranks of each copy of the model hold parts of it (tensor or pipeline
+        /// parallel): how, and the data-parallel group of this rank's copy. `None`: every rank
+        /// holds the whole model and `group` is the data-parallel group.
+        parts: Option<ModelParts>,
     },
+}
+
+/// How the ranks of one copy of the actor hold it, in a job whose trainers are tensor- or
+/// pipeline-parallel, and the data-parallel group the copies form.
+#[derive(Clone)]
+pub struct ModelParts {
+    /// Slices of every layer ([`CausalLm::shard_tensors`]) or stages
+    /// ([`CausalLm::split_stages`]).
+    pub kind: PartKind,
+    /// The ranks of this copy, this one among them.
+    pub group: Arc<dyn Messenger>,
+    /// The copies' data-parallel group: this rank and the ranks holding the same part of the
+    /// other copies.
+    pub data: Arc<dyn Strategy>,
+}
+
+/// How a copy of the model is divided among its ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    /// Tensor parallelism: each rank a slice of every layer's heads and MLP.
+    Tensor,
+    /// Pipeline parallelism: each rank a stage, a block of the layers.
+    Pipeline,
+}
+
+impl ModelParts {
+    /// This rank's part of `model`.
+    ///
+    /// # Errors
+    /// As [`CausalLm::shard_tensors`] and [`CausalLm::split_stages`].
+    pub fn part_of(&self, model: CausalLm) -> Result<CausalLm> {
+        match self.kind {
+            PartKind::Tensor => model.shard_tensors(self.group.clone()),
+            PartKind::Pipeline => model.split_stages(self.group.clone()),
+        }
+    }
 }
 
 impl Default for Placement {
@@ -97,10 +137,15 @@ impl std::fmt::Debug for Placement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Devices(devices) => f.debug_tuple("Devices").field(devices).finish(),
-            Self::Leader { device, group } => f
+            Self::Leader {
+                device,
+                group,
+                parts,
+            } => f
                 .debug_struct("Leader")
                 .field("device", device)
                 .field("group", &group.name())
+                .field("parts", &parts.as_ref().map(|p| p.kind))
                 .finish(),
         }
     }
@@ -127,9 +172,27 @@ impl Placement {
     ) -> Result<DataParallel<T>> {
         match self {
             Self::Devices(devices) => DataParallel::new(devices, replica),
-            Self::Leader { device, group } => {
-                DataParallel::leader(replica(device_for(*device)?)?, group.clone())
+            Self::Leader {
+                device,
+                group,
+                parts,
+            } => {
+                let data = parts
+                    .as_ref()
+                    .map_or_else(|| group.clone(), |p| p.data.clone());
+                DataParallel::leader_of(replica(device_for(*device)?)?, group.clone(), data)
             }
+        }
+    }
+
+    /// This process's part of `model`: the whole model unless its copies are divided among
+    /// ranks ([`ModelParts`]).
+    fn part_of(&self, model: CausalLm) -> Result<CausalLm> {
+        match self {
+            Self::Leader {
+                parts: Some(parts), ..
+            } => parts.part_of(model),
+            _ => Ok(model),
         }
     }
 }
@@ -320,6 +383,7 @@ impl BurnPolicy {
         trainer: TrainerConfig,
         options: PolicyOptions,
     ) -> Result<Self> {
+        let model = options.placement.part_of(model)?;
         let trainer = options
             .placement
             .trainers(|device| Trainer::new(model.clone(), trainer.clone(), &device))?;
@@ -351,7 +415,7 @@ impl BurnPolicy {
         tokenizer: Arc<dyn Tokenizer>,
         options: PolicyOptions,
     ) -> Result<Self> {
-        let (model, device, kind) = placed(trainer.first().inference_model()?, &options)?;
+        let (model, device, kind) = placed(trainer.whole_model()?, &options)?;
         let engine = Engine::with_decoder(
             kind,
             &model,
@@ -420,7 +484,7 @@ impl BurnPolicy {
         let epochs = trainer.first().config().epochs;
         let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
         let version = if updated {
-            let model = trainer.first().inference_model()?;
+            let model = trainer.whole_model()?;
             drop(trainer);
             let served = ServedWeights::new(model, inner.kind)?;
             let version = inner.engine.sync_served_blocking(&served)?;

@@ -229,14 +229,14 @@ impl RunBuilder {
                     Some((dir, _)) => distributed::Start::Checkpoint(dir.join(ACTOR)),
                 };
                 distributed::announce(group.as_ref(), &start)?;
-                let trainers = roles.trainer_group(group)?.ok_or_else(|| {
+                let trainers = roles.trainer_groups(group, &plan)?.ok_or_else(|| {
                     Error::invalid_data("run", "rank 0 is not among the training ranks")
                 })?;
-                let placement = if trainers.world_size() > 1 {
-                    let device = plan.model.device;
+                let placement = if trainers.all.world_size() > 1 {
                     Placement::Leader {
-                        device,
-                        group: trainers,
+                        device: plan.model.device,
+                        group: trainers.all,
+                        parts: trainers.parts,
                     }
                 } else {
                     local

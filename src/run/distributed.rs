@@ -10,6 +10,12 @@
 //!   ranks the new weights after every step. With one training rank its replicas are in process
 //!   (`model.data_parallel`).
 //!
+//! With `model.tensor_parallel = T` (or `model.pipeline_parallel = P`) the training ranks hold
+//! the actor in copies of `T` (`P`) consecutive ranks, each rank a slice of every layer (a block
+//! of the layers); the copies train data-parallel, every rank of a copy on the copy's shard of
+//! each step. Whenever the leader needs the whole model — to start its engine, after each step,
+//! to sync the rollout ranks — its copy gathers it ([`roll_backend_burn::CausalLm::gather`]).
+//!
 //! Before anything trains, the leader tells every rank where the actor starts — the model
 //! directory, or the checkpoint it resumes — so the others build the same model from the same
 //! files (a shared file system, as on a cluster). From then on they only serve the leader.
@@ -17,7 +23,7 @@
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::remote::{RolloutServer, Served};
 use roll_backend_burn::train::Trainer;
-use roll_backend_burn::{ChatTemplate, HfTokenizer};
+use roll_backend_burn::{ChatTemplate, HfTokenizer, ModelParts};
 use roll_core::config::Config;
 use roll_core::strategy::{Messenger, Strategy};
 use roll_core::{Error, Result, Tokenizer};
@@ -86,6 +92,32 @@ impl Roles {
             });
         }
         let trainers = world_size - rollout;
+        if let Some((kind, width)) = plan.model.parts {
+            let key = match kind {
+                roll_backend_burn::PartKind::Tensor => "model.tensor_parallel",
+                roll_backend_burn::PartKind::Pipeline => "model.pipeline_parallel",
+            };
+            if !trainers.is_multiple_of(width) {
+                return Err(Error::InvalidValue {
+                    key: key.into(),
+                    value: width.to_string(),
+                    allowed: format!(
+                        "a divisor of the {trainers} training processes (the job's {world_size} \
+                         less `rollout.ranks`): each copy of the actor spans that many"
+                    ),
+                    origin: None,
+                });
+            }
+            if plan.run.save_every > 0 || plan.run.resume {
+                return Err(Error::invalid_data(
+                    "config",
+                    format!(
+                        "`{key}` above 1 does not checkpoint yet (each rank holds a part of \
+                         the trainer's state): set `run.save_every = 0` and `run.resume = false`"
+                    ),
+                ));
+            }
+        }
         if trainers > 1 && plan.model.trainer_devices.len() != 1 {
             return Err(Error::invalid_data(
                 "config",
@@ -104,27 +136,74 @@ impl Roles {
         })
     }
 
-    /// The group the trainers of this rank reduce over: the whole job when every rank trains,
-    /// else the training ranks' sub-group (`None` on a rollout rank). A collective: every rank
+    /// This rank's groups as a trainer (`None` on a rollout rank). A collective: every rank
     /// calls it once, after the start is announced.
     ///
     /// # Errors
     /// A failed collective.
-    pub(crate) fn trainer_group(
+    pub(crate) fn trainer_groups(
         &self,
         job: &Arc<dyn Messenger>,
-    ) -> Result<Option<Arc<dyn Strategy>>> {
-        match self {
-            Self::Colocated => Ok(Some(job.clone())),
-            Self::Disaggregated { trainers, .. } => {
-                job.subgroup(&(0..*trainers).collect::<Vec<_>>())
-            }
+        plan: &RunPlan,
+    ) -> Result<Option<TrainerGroups>> {
+        let trainers = match self {
+            Self::Colocated => job.world_size(),
+            Self::Disaggregated { trainers, .. } => *trainers,
+        };
+        let all = match self {
+            Self::Colocated => Some(job.clone()),
+            Self::Disaggregated { .. } => job.subgroup(&(0..trainers).collect::<Vec<_>>())?,
+        };
+        let Some((kind, width)) = plan.model.parts else {
+            return Ok(all.map(|all| TrainerGroups { all, parts: None }));
+        };
+        // Copy `c` is ranks `c·width ..`; the ranks holding part `p` of every copy are `p`,
+        // `p + width`, …. Every rank of the job forms every group, in the same order.
+        let mut copy = None;
+        for c in 0..trainers / width {
+            copy = copy.or(job.subgroup(&(c * width..(c + 1) * width).collect::<Vec<_>>())?);
         }
+        let mut data = None;
+        for p in 0..width {
+            let holders: Vec<usize> = (p..trainers).step_by(width).collect();
+            data = data.or(job.subgroup(&holders)?);
+        }
+        Ok(match (all, copy, data) {
+            (Some(all), Some(group), Some(data)) => Some(TrainerGroups {
+                all,
+                parts: Some(ModelParts { kind, group, data }),
+            }),
+            _ => None,
+        })
     }
 }
 
-/// Refuses rollout ranks in a run of one process.
+/// The groups a training rank of a run across processes belongs to.
+pub(crate) struct TrainerGroups {
+    /// Every training rank: rank 0 announces each step to them.
+    pub all: Arc<dyn Messenger>,
+    /// Where each copy of the actor spans several ranks: how, this rank's copy, and its
+    /// data-parallel group. `None`: `all` is the data-parallel group.
+    pub parts: Option<ModelParts>,
+}
+
+/// Refuses rollout ranks, and a model divided among ranks, in a run of one process.
 pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
+    if let Some((kind, width)) = plan.model.parts {
+        let key = match kind {
+            roll_backend_burn::PartKind::Tensor => "model.tensor_parallel",
+            roll_backend_burn::PartKind::Pipeline => "model.pipeline_parallel",
+        };
+        return Err(Error::InvalidValue {
+            key: key.into(),
+            value: width.to_string(),
+            allowed: "1 in a run of one process: the parts of the model are held by processes \
+                      of a job started by `mpirun` or `srun` whose rank 0 calls \
+                      `RunBuilder::lead`"
+                .into(),
+            origin: None,
+        });
+    }
     if plan.rollout_ranks == 0 {
         return Ok(());
     }
@@ -145,6 +224,9 @@ pub enum Followed {
     Trained {
         /// Steps served.
         steps: usize,
+        /// The part of the actor it held (`model.tensor_parallel`, `model.pipeline_parallel`);
+        /// `None`: all of it.
+        part: Option<roll_backend_burn::PartKind>,
     },
     /// A rollout rank: the requests it served and the weights it received.
     Generated(Served),
@@ -184,7 +266,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     let start: Start = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid_data("run start from rank 0", e.to_string()))?;
     let device = roll_backend_burn::device(plan.model.device)?;
-    let trainers = roles.trainer_group(group)?;
+    let trainers = roles.trainer_groups(group, &plan)?;
     let Some(trainers) = trainers else {
         *role = "rollout";
         // The architecture and tokenizer come from the model directory; the weights from
@@ -207,13 +289,22 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     };
     let trainer = match start {
         Start::Weights(dir) => {
-            let model = HfSource::open(&dir)?.load_model(&device)?;
+            let mut model = HfSource::open(&dir)?.load_model(&device)?;
+            if let Some(parts) = &trainers.parts {
+                *role = "actor trainer holding a part of the model";
+                model = parts.part_of(model)?;
+            }
             Trainer::new(model, plan.trainer.clone(), &device)?
         }
         Start::Checkpoint(dir) => Trainer::load_checkpoint(&dir, &device)?.0,
     };
-    let mut trainer = trainer.with_strategy(trainers.clone());
-    let reports = roll_backend_burn::train::follow(&mut trainer, trainers.as_ref())?;
+    let all: Arc<dyn Strategy> = trainers.all.clone();
+    let data = trainers
+        .parts
+        .as_ref()
+        .map_or_else(|| all.clone(), |p| p.data.clone());
+    let mut trainer = trainer.with_strategy(data.clone());
+    let reports = roll_backend_burn::train::follow_in(&mut trainer, all.as_ref(), data.as_ref())?;
     tracing::info!(
         rank = group.rank(),
         steps = reports.len(),
@@ -221,5 +312,6 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     );
     Ok(Followed::Trained {
         steps: reports.len(),
+        part: trainers.parts.as_ref().map(|p| p.kind),
     })
 }

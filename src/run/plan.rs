@@ -7,9 +7,9 @@
 
 use roll_algos::AlgorithmConfig;
 use roll_algos::filter::DynamicFilter;
-use roll_backend_burn::ScoringOptions;
 use roll_backend_burn::engine::EngineConfig;
 use roll_backend_burn::train::TrainerConfig;
+use roll_backend_burn::{PartKind, ScoringOptions};
 use roll_core::config::{
     ComponentSpec, Config, DomainConfig, ModelSource, NewModel, Pipeline, PromptFormat,
 };
@@ -86,6 +86,10 @@ pub struct ModelPlan {
     pub trainer_devices: Vec<DeviceSpec>,
     /// `true`: messages are concatenated without a chat template (`model.prompt_format = plain`).
     pub plain_prompts: bool,
+    /// How many training processes hold one copy of the actor between them, and how they
+    /// divide it; `None`: each holds all of it (`model.tensor_parallel`,
+    /// `model.pipeline_parallel`).
+    pub parts: Option<(PartKind, usize)>,
 }
 
 /// How rollouts are produced: prompts scored by domain (RLVR) or episodes against an
@@ -207,6 +211,11 @@ impl RunPlan {
                 device: config.model.device,
                 trainer_devices: config.model.trainer_devices(),
                 plain_prompts: config.model.prompt_format == PromptFormat::Plain,
+                parts: match (config.model.tensor_parallel, config.model.pipeline_parallel) {
+                    (1, 1) => None,
+                    (t, 1) => Some((PartKind::Tensor, t as usize)),
+                    (_, p) => Some((PartKind::Pipeline, p as usize)),
+                },
             },
             pipeline: RlvrPipelineConfig::from_config(config),
             algorithm,

@@ -24,6 +24,9 @@ pub(crate) enum Command {
         sequences: Vec<TrainSequence>,
         objective: Objective,
     },
+    /// The leader needs the whole model: every rank holding a part of one gathers it with the
+    /// others of its part's group ([`CausalLm::gather`](crate::CausalLm::gather)).
+    Gather,
     /// The leader is done: return from [`follow`].
     Stop,
 }
@@ -65,38 +68,69 @@ pub fn follow<T: Replica>(
     replica: &mut T,
     strategy: &dyn Strategy,
 ) -> Result<Vec<TrainStepReport>> {
+    follow_in(replica, strategy, strategy)
+}
+
+/// [`follow`] where the leader announces to more ranks than one data-parallel group: the ranks
+/// of each copy of a tensor- or pipeline-parallel model ([`CausalLm::shard_tensors`],
+/// [`CausalLm::split_stages`]) hold parts of it, and each copy is one replica of `data`. The
+/// leader is rank 0 of `announce` (every training rank); a rank trains `data`'s shard of each
+/// step for its rank there, the same as the other ranks of its copy.
+///
+/// [`CausalLm::shard_tensors`]: crate::CausalLm::shard_tensors
+/// [`CausalLm::split_stages`]: crate::CausalLm::split_stages
+///
+/// # Errors
+/// As [`follow`].
+pub fn follow_in<T: Replica>(
+    replica: &mut T,
+    announce: &dyn Strategy,
+    data: &dyn Strategy,
+) -> Result<Vec<TrainStepReport>> {
     let mut reports = Vec::new();
     loop {
         let mut bytes = Vec::new();
-        strategy.broadcast(&mut bytes, 0).map_err(collective)?;
-        let (shard, objective) = match my_work(&bytes, strategy) {
-            Ok(Some(work)) => work,
-            Ok(None) => return Ok(reports),
+        announce.broadcast(&mut bytes, 0).map_err(collective)?;
+        let work = match my_work(&bytes, data) {
+            Ok(work) => work,
             Err(e) => {
-                strategy.abort(&e.to_string());
+                announce.abort(&e.to_string());
                 return Err(e);
             }
         };
-        reports.push(replica.step(&shard, &objective)?);
+        match work {
+            Work::Step(shard, objective) => reports.push(replica.step(&shard, &objective)?),
+            Work::Gather => replica.gather()?,
+            Work::Stop => return Ok(reports),
+        }
     }
 }
 
-/// This rank's shard of an announced step and its objective; `None` when the leader stopped.
-fn my_work(bytes: &[u8], strategy: &dyn Strategy) -> Result<Option<(TrainBatch, Objective)>> {
+/// What an announced command asks of this rank.
+enum Work {
+    Step(TrainBatch, Objective),
+    Gather,
+    Stop,
+}
+
+/// This rank's part of an announced command: its shard of a step (by its rank in `data`) and
+/// the objective.
+fn my_work(bytes: &[u8], data: &dyn Strategy) -> Result<Work> {
     let unreadable = |why: String| BackendError::InvalidInput(format!("the leader's step: {why}"));
     let command: Command = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
-    let Command::Step {
-        sequences,
-        objective,
-    } = command
-    else {
-        return Ok(None);
+    let (sequences, objective) = match command {
+        Command::Step {
+            sequences,
+            objective,
+        } => (sequences, objective),
+        Command::Gather => return Ok(Work::Gather),
+        Command::Stop => return Ok(Work::Stop),
     };
     let batch = TrainBatch::new(sequences).map_err(|e| unreadable(e.to_string()))?;
-    let rank = strategy.rank();
-    let shard = shards(&batch, strategy)?
+    let rank = data.rank();
+    let shard = shards(&batch, data)?
         .into_iter()
         .nth(rank)
         .ok_or_else(|| unreadable(format!("no shard for rank {rank}")))?;
-    Ok(Some((shard, objective)))
+    Ok(Work::Step(shard, objective))
 }

@@ -22,6 +22,15 @@ pub trait Replica: Send + Sized {
     /// # Errors
     /// As the trainer's `step`.
     fn step(&mut self, shard: &TrainBatch, objective: &Objective) -> Result<TrainStepReport>;
+
+    /// Takes part in gathering the whole model where this replica holds a part of it (see
+    /// [`Trainer::whole_model`]); nothing for a whole one.
+    ///
+    /// # Errors
+    /// A failed collective.
+    fn gather(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl Replica for Trainer {
@@ -30,6 +39,9 @@ impl Replica for Trainer {
     }
     fn step(&mut self, shard: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
         Trainer::step(self, shard, objective)
+    }
+    fn gather(&self) -> Result<()> {
+        self.whole_model().map(drop)
     }
 }
 
@@ -72,8 +84,10 @@ pub struct DataParallel<T: Replica> {
     replicas: Vec<T>,
     /// Each local replica's place in the group.
     strategies: Vec<Arc<dyn Strategy>>,
-    /// Whether ranks in other processes [`follow`](super::follow) this one.
-    leads_others: bool,
+    /// The ranks in other processes that [`follow`](super::follow) this one (every training
+    /// rank: more than the data-parallel group when its replicas are tensor- or
+    /// pipeline-parallel copies).
+    followers: Option<Arc<dyn Strategy>>,
 }
 
 impl<T: Replica> std::fmt::Debug for DataParallel<T> {
@@ -111,7 +125,7 @@ impl<T: Replica> DataParallel<T> {
         Ok(Self {
             replicas,
             strategies,
-            leads_others: false,
+            followers: None,
         })
     }
 
@@ -122,16 +136,30 @@ impl<T: Replica> DataParallel<T> {
     /// # Errors
     /// [`BackendError::InvalidInput`] when `strategy` is not rank 0.
     pub fn leader(replica: T, strategy: Arc<dyn Strategy>) -> Result<Self> {
-        if strategy.rank() != 0 {
+        Self::leader_of(replica, strategy.clone(), strategy)
+    }
+
+    /// [`DataParallel::leader`] of a job whose replicas are tensor- or pipeline-parallel
+    /// copies: steps are announced to every rank of `announce` (which run
+    /// [`follow_in`](super::follow_in)); `data` is the data-parallel group of this rank's copy.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] when this process is not rank 0 of both.
+    pub fn leader_of(
+        replica: T,
+        announce: Arc<dyn Strategy>,
+        data: Arc<dyn Strategy>,
+    ) -> Result<Self> {
+        if announce.rank() != 0 || data.rank() != 0 {
             return Err(BackendError::InvalidInput(format!(
                 "the leader of a data-parallel group is rank 0, not rank {}: other ranks follow",
-                strategy.rank()
+                announce.rank().max(data.rank())
             )));
         }
         Ok(Self {
-            replicas: vec![replica.with_strategy(strategy.clone())],
-            strategies: vec![strategy],
-            leads_others: true,
+            replicas: vec![replica.with_strategy(data.clone())],
+            strategies: vec![data],
+            followers: Some(announce),
         })
     }
 
@@ -159,12 +187,12 @@ impl<T: Replica> DataParallel<T> {
     /// The error of the replica that failed (the others fail with
     /// [`BackendError::Collective`], which is returned only when no replica failed on its own).
     pub fn step(&mut self, batch: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
-        if self.leads_others {
+        if let Some(followers) = &self.followers {
             let command = Command::Step {
                 sequences: batch.sequences().to_vec(),
                 objective: objective.clone(),
             };
-            announce(self.strategies[0].as_ref(), &command)?;
+            announce(followers.as_ref(), &command)?;
         }
         if let ([alone], 1) = (
             self.replicas.as_mut_slice(),
@@ -235,11 +263,30 @@ impl<T: Replica> DataParallel<T> {
     }
 }
 
+impl DataParallel<Trainer> {
+    /// The whole model the group trains, on the plain device with adapters merged: the first
+    /// replica's [`Trainer::inference_model`], or, when the replicas are tensor- or
+    /// pipeline-parallel copies, the model gathered from the parts (the followers are told to
+    /// take part).
+    ///
+    /// # Errors
+    /// As [`Trainer::whole_model`], or a failed announcement.
+    pub fn whole_model(&self) -> Result<crate::CausalLm> {
+        let first = self.first();
+        if first.holds_part()
+            && let Some(followers) = &self.followers
+        {
+            announce(followers.as_ref(), &Command::Gather)?;
+        }
+        first.whole_model()
+    }
+}
+
 impl<T: Replica> Drop for DataParallel<T> {
     /// Releases the ranks that follow this one (their [`follow`](super::follow) returns).
     fn drop(&mut self) {
-        if self.leads_others
-            && let Err(e) = announce(self.strategies[0].as_ref(), &Command::Stop)
+        if let Some(followers) = &self.followers
+            && let Err(e) = announce(followers.as_ref(), &Command::Stop)
         {
             tracing::warn!(error = %e, "could not tell the data-parallel group to stop");
         }

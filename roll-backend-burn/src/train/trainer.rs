@@ -214,6 +214,24 @@ impl Trainer {
         Ok(self.core.module()?.valid().materialize())
     }
 
+    /// Whether this trainer's model is a part of one (tensor- or pipeline-parallel): its ranks
+    /// then step, and gather, together.
+    pub fn holds_part(&self) -> bool {
+        self.core
+            .module()
+            .is_ok_and(|m| m.tensor_shard().is_some() || m.pipeline_stage().is_some())
+    }
+
+    /// The whole current model on the plain device: [`Trainer::inference_model`], gathered from
+    /// every rank's part when this trainer holds one ([`CausalLm::gather`], a collective: every
+    /// rank of the part's group calls it).
+    ///
+    /// # Errors
+    /// As [`Trainer::inference_model`] and [`CausalLm::gather`].
+    pub fn whole_model(&self) -> Result<CausalLm> {
+        self.inference_model()?.gather()
+    }
+
     /// The model with its adapters merged (`W + (alpha/r)·A·B`) on the plain device; the same as
     /// [`Trainer::inference_model`], named for weight synchronisation.
     ///
@@ -509,9 +527,11 @@ impl Trainer {
     /// the directory that holds this checkpoint's files (inside `dir`).
     ///
     /// # Errors
-    /// [`BackendError::Checkpoint`] naming the file that could not be written.
+    /// [`BackendError::Checkpoint`] naming the file that could not be written;
+    /// [`BackendError::InvalidInput`] for a part of a model (tensor or pipeline parallel).
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
         let model = self.core.module()?;
+        model.require_whole("be checkpointed by one rank")?;
         let meta = CheckpointMeta::new(
             TrainedRole::Actor,
             self.core.step,

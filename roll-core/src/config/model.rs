@@ -30,6 +30,19 @@ pub struct ModelConfig {
     /// Default `1`. ROLL: the data-parallel size of `actor_train.device_mapping`.
     #[serde(default = "one")]
     pub data_parallel: u32,
+    /// Processes of a distributed run that hold one copy of the actor between them, each a
+    /// slice of every layer's attention heads and MLP (tensor parallelism, Megatron-LM's): the
+    /// training processes form `N / tensor_parallel` such copies, trained data-parallel. Dense
+    /// Qwen2/Qwen3 on the CPU training path; the heads, key/value heads and MLP width must
+    /// divide. Default `1`. ROLL: `tensor_model_parallel_size`.
+    #[serde(default = "one")]
+    pub tensor_parallel: u32,
+    /// Processes of a distributed run that hold one copy of the actor between them, each a
+    /// block of its layers, micro-batches running one forward one backward through them
+    /// (pipeline parallelism). Dense Qwen2/Qwen3 on the CPU training path; at most one stage
+    /// per layer. Default `1`. ROLL: `pipeline_model_parallel_size`.
+    #[serde(default = "one")]
+    pub pipeline_parallel: u32,
 }
 
 fn one() -> u32 {
@@ -44,6 +57,8 @@ impl ModelConfig {
             prompt_format: PromptFormat::default(),
             device: DeviceSpec::default(),
             data_parallel: 1,
+            tensor_parallel: 1,
+            pipeline_parallel: 1,
         }
     }
 
@@ -59,7 +74,16 @@ impl ModelConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        Checker::new("model").at_least("data_parallel", self.data_parallel.into(), 1)?;
+        let model = Checker::new("model");
+        model.at_least("data_parallel", self.data_parallel.into(), 1)?;
+        model.at_least("tensor_parallel", self.tensor_parallel.into(), 1)?;
+        model.at_least("pipeline_parallel", self.pipeline_parallel.into(), 1)?;
+        model.require(
+            self.tensor_parallel == 1 || self.pipeline_parallel == 1,
+            "pipeline_parallel",
+            self.pipeline_parallel,
+            "1 when model.tensor_parallel is above 1 (the two do not combine yet)",
+        )?;
         let c = Checker::new("model.source");
         match &self.source {
             ModelSource::HfDir { path } => c.require(
