@@ -10,6 +10,9 @@
 //!    sub-group of the job, rank 2 only generates and receives each step's weights; rank 0
 //!    checks that both runs end on the same weights and rank 2 that it serves the trainer's last
 //!    weight version;
+//!    then the same two steps with the actor's layers in three pipeline stages, one per rank
+//!    (`model.pipeline_parallel=3`, messages within a sub-group of the job), which must end on
+//!    the same weights too;
 //! 4. runs a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
 //!    and checks it against the whole model's forward;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         "rank 1: served 2 steps",
         "rank 2: served 2 steps",
         "rank 0: led 2 disaggregated GRPO steps, the same weights as colocated",
+        "rank 0: led 2 GRPO steps over 3 pipeline stages, the same weights as colocated",
         "rank 2: generated for 2 steps, serving weight version 2",
         "rank 0: expert-parallel forward equals the whole model",
         "rank 1: expert-parallel forward equals the whole model",
@@ -115,13 +119,17 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
     println!("rank {rank}: data parallel over MPI equals one trainer{worst}");
     let colocated = grpo_run_across_ranks(&group, &[])?;
     let disaggregated = grpo_run_across_ranks(&group, &["rollout.ranks=1"])?;
-    if let (Some(a), Some(b)) = (colocated, disaggregated) {
+    let pipelined = grpo_run_across_ranks(&group, &["model.pipeline_parallel=3"])?;
+    if let (Some(a), Some(b), Some(c)) = (colocated, disaggregated, pipelined) {
         let worst = max_diff(&flat(&a), &flat(&b));
         anyhow::ensure!(
             worst <= 1e-5,
             "disaggregated differs from colocated by {worst}"
         );
         println!("rank 0: led 2 disaggregated GRPO steps, the same weights as colocated");
+        let worst = max_diff(&flat(&a), &flat(&c));
+        anyhow::ensure!(worst <= 1e-5, "pipelined differs from colocated by {worst}");
+        println!("rank 0: led 2 GRPO steps over 3 pipeline stages, the same weights as colocated");
     }
     let worst = expert_parallel_forward(&group)?;
     println!("rank {rank}: expert-parallel forward equals the whole model (max |Δ| {worst:e})");

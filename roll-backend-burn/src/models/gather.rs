@@ -13,13 +13,20 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{Tensor, TensorData};
 use std::collections::HashMap;
 
-/// Every float parameter of a module in visit order: its path (`model.layers.3.mlp.up_proj.
-/// weight`), shape and, when asked for, values.
+/// A float parameter: its path (`model.layers.3.mlp.up_proj.weight`), shape and, when asked
+/// for, values.
+struct Entry {
+    path: String,
+    shape: Vec<usize>,
+    values: Vec<f32>,
+}
+
+/// Every float parameter of a module, in visit order.
 #[derive(Default)]
 struct Entries {
     path: Vec<String>,
     with_values: bool,
-    out: Vec<(String, Vec<usize>, Vec<f32>)>,
+    out: Vec<Entry>,
     failed: Option<String>,
 }
 
@@ -46,11 +53,15 @@ impl ModuleVisitor for Entries {
         } else {
             Vec::new()
         };
-        self.out.push((self.path.join("."), shape, values));
+        self.out.push(Entry {
+            path: self.path.join("."),
+            shape,
+            values,
+        });
     }
 }
 
-fn entries(model: &CausalLm, with_values: bool) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+fn entries(model: &CausalLm, with_values: bool) -> Result<Vec<Entry>> {
     let mut e = Entries {
         with_values,
         ..Default::default()
@@ -140,13 +151,18 @@ impl CausalLm {
         let template = CausalLm::init(&self.hf_config(), &device)?;
         let mut layout = HashMap::new();
         let mut total = 0;
-        for (path, shape, _) in entries(&template, false)? {
+        for Entry { path, shape, .. } in entries(&template, false)? {
             let n: usize = shape.iter().product();
             layout.insert(path, (total, shape));
             total += n;
         }
         let mut flat = vec![0.0f32; total];
-        for (path, shape, values) in entries(self, true)? {
+        for Entry {
+            path,
+            shape,
+            values,
+        } in entries(self, true)?
+        {
             let (path, place) = match &stage_layers {
                 Some(layers) => stage_path(&path, layers.start),
                 None => (path, Place::Own),
