@@ -9,10 +9,15 @@
 //!   engine of its own; rank 0 sends each of them the new weights, with their version, after
 //!   every step.
 //!
+//! Either way, `model.tensor_parallel=T` or `model.pipeline_parallel=P` makes the training ranks
+//! hold the actor in copies of `T` (`P`) ranks: slices of every layer, or blocks of layers.
+//!
 //! ```sh
 //! cargo build --release --features mpi --example distributed_grpo
 //! mpirun -np 2 target/release/examples/distributed_grpo                  # one machine (root: add --allow-run-as-root)
 //! mpirun -np 3 target/release/examples/distributed_grpo rollout.ranks=2  # rank 0 trains, 1 and 2 generate
+//! mpirun -np 2 target/release/examples/distributed_grpo model.tensor_parallel=2    # 2 slices of one copy
+//! mpirun -np 3 target/release/examples/distributed_grpo model.pipeline_parallel=3  # 3 stages of one copy
 //! srun --ntasks=4 target/release/examples/distributed_grpo               # a Slurm allocation
 //! ```
 //!
