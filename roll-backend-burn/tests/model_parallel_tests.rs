@@ -419,9 +419,18 @@ fn step_config() -> TrainerConfig {
 #[test]
 fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
     // Two steps (AdamW's moments per slice). AdamW's first update is `lr·sign(g)` nearly
-    // everywhere, so the gradients themselves are compared too.
-    let config = step_config();
-    for (name, model) in [("qwen2", qwen2()), ("qwen3", qwen3())] {
+    // everywhere, so the gradients themselves are compared too. On the fused CPU path and on
+    // Burn's autodiff path (block by block), each against the whole trainer on the same path.
+    for (name, model, kernels) in [
+        ("qwen2 fused", qwen2(), TrainKernels::Auto),
+        ("qwen3 fused", qwen3(), TrainKernels::Auto),
+        ("qwen2 autodiff", qwen2(), TrainKernels::Autodiff),
+        ("qwen3 autodiff", qwen3(), TrainKernels::Autodiff),
+    ] {
+        let config = TrainerConfig {
+            kernels,
+            ..step_config()
+        };
         let batches = [train_batch(&model, 11), train_batch(&model, 12)];
         let whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
         let want = train(whole, &batches);
@@ -433,7 +442,7 @@ fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
             let rank = group.rank();
             let shard = model.clone().shard_tensors(group).unwrap();
             let trainer = Trainer::new(shard, config.clone(), &Device::flex()).unwrap();
-            assert_eq!(trainer.kernels(), TrainKernels::Auto);
+            assert_eq!(trainer.kernels(), kernels);
             (rank, train(trainer, &batches))
         });
         assert_ranks_match(name, &want, ranks);
@@ -524,11 +533,7 @@ fn model_parallel_refusals_name_the_cause() {
         parts.map(|(kind, part)| {
             let refused = [
                 (
-                    "fused CPU path",
-                    error(Trainer::new(part.clone(), autodiff.clone(), &device).map(drop)),
-                ),
-                (
-                    "fused CPU path",
+                    "without LoRA",
                     error(Trainer::new(part.clone(), lora.clone(), &device).map(drop)),
                 ),
                 (
@@ -566,6 +571,13 @@ fn model_parallel_refusals_name_the_cause() {
             assert!(err.contains(what) && err.contains(kind), "{err}");
         }
     }
+    // A pipeline stage trains on the fused CPU path only.
+    let errors = on_ranks(1, |link| {
+        let stage = qwen2().split_stages(link).unwrap();
+        error(Trainer::new(stage, autodiff.clone(), &device).map(drop))
+    });
+    let err = errors[0].clone().expect("refused");
+    assert!(err.contains("fused CPU path"), "{err}");
     // What only a whole model does, and a mixture of experts.
     let errors = on_ranks(1, |link| {
         let stage = qwen2().split_stages(link.clone()).unwrap();
@@ -615,3 +627,4 @@ fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
     let model = qwen2();
     assert!(support::params(&model.gather().unwrap()) == support::params(&model));
 }
+

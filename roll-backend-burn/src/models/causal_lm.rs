@@ -1,9 +1,11 @@
 //! [`CausalLm`]: a model of any supported architecture, chosen by `config.json`'s `model_type`.
 
+use super::attention::causal_padding_mask;
 use super::batch::TokenBatch;
 use super::decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer};
 use super::expert_parallel::ExpertShard;
 use super::mlp::Mlp;
+use super::norm::rms_norm_hf;
 use super::pipeline_parallel::PipelineStage;
 use super::qwen2::Qwen2Config;
 use super::qwen3::Qwen3Config;
@@ -12,7 +14,7 @@ use super::tensor_parallel::TensorShard;
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::module::{Module, ParamId};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Bool, Device, Tensor};
 use roll_core::strategy::{Messenger, Strategy};
 use std::sync::Arc;
 
@@ -111,6 +113,66 @@ impl CausalLm {
     /// - output: `[batch, seq, hidden]`
     pub fn forward_hidden(&self, batch: &TokenBatch) -> Tensor<3> {
         with_decoder!(self, m => m.forward_hidden(batch))
+    }
+
+    /// The embeddings of `batch`'s tokens, its rotary tables and its attention mask: what every
+    /// layer's forward reads (a block-wise forward runs the layers one at a time).
+    pub(crate) fn layer_inputs(&self, batch: &TokenBatch) -> LayerInputs {
+        with_decoder!(self, m => {
+            let (cos, sin) = m.rope.cos_sin(&batch.position_ids);
+            LayerInputs {
+                embedded: m.model.embed_tokens.forward(batch.input_ids.clone()),
+                cos,
+                sin,
+                mask: causal_padding_mask(&batch.attention_mask),
+            }
+        })
+    }
+
+    /// The decoder layers this model holds (a pipeline stage's, or all).
+    pub(crate) fn held_layers(&self) -> usize {
+        with_decoder!(self, m => m.model.layers.len())
+    }
+
+    /// Layer `l`'s attention (`feed_forward` false) or feed-forward block's output before the
+    /// residual, from its input `x` — on a tensor-parallel rank, this rank's partial sum.
+    pub(crate) fn block(
+        &self,
+        l: usize,
+        feed_forward: bool,
+        x: Tensor<3>,
+        at: &LayerInputs,
+    ) -> Tensor<3> {
+        with_decoder!(self, m => {
+            let layer = &m.model.layers[l];
+            if feed_forward {
+                layer.feed_forward_block(x)
+            } else {
+                layer.attention_block(x, &at.cos, &at.sin, &at.mask)
+            }
+        })
+    }
+
+    /// The final norm of the last layer's output: the LM head's input.
+    pub(crate) fn final_norm(&self, x: Tensor<3>) -> Tensor<3> {
+        with_decoder!(self, m => rms_norm_hf(&m.model.norm, x))
+    }
+
+    /// The ids of the norm gains inside the layers (input, post-attention, QK-norms): on a
+    /// tensor-parallel rank, a block-wise backward makes each one's gradient from this rank's
+    /// heads or units only.
+    pub(crate) fn layer_norm_params(&self) -> Vec<ParamId> {
+        with_decoder!(self, m => m
+            .model
+            .layers
+            .iter()
+            .flat_map(|l| {
+                let a = &l.self_attn;
+                [Some(&l.input_layernorm), Some(&l.post_attention_layernorm), a.q_norm.as_ref(), a.k_norm.as_ref()]
+            })
+            .flatten()
+            .map(|n| n.gamma.id)
+            .collect())
     }
 
     /// LM-head logits of hidden states.
@@ -337,6 +399,15 @@ impl CausalLm {
     pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
         self.logits(self.forward_hidden(batch))
     }
+}
+
+/// What every layer of a forward reads besides its input.
+pub(crate) struct LayerInputs {
+    /// The token embeddings, `[batch, seq, hidden]`: the first layer's input.
+    pub embedded: Tensor<3>,
+    pub cos: Tensor<4>,
+    pub sin: Tensor<4>,
+    pub mask: Tensor<4, Bool>,
 }
 
 /// [`CausalLm::check_lengths`] of one sequence against a known limit.

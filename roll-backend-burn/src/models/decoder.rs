@@ -250,18 +250,28 @@ impl<F: Module + FeedForwardBlock> DecoderLayer<F> {
             Some(shard) => shard.reduce(partial),
             None => partial,
         };
-        let h = x.clone()
-            + reduced(self.self_attn.forward(
-                rms_norm_hf(&self.input_layernorm, x),
-                cos,
-                sin,
-                mask,
-            ));
-        h.clone()
-            + reduced(
-                self.mlp
-                    .forward(rms_norm_hf(&self.post_attention_layernorm, h)),
-            )
+        let h = x.clone() + reduced(self.attention_block(x, cos, sin, mask));
+        h.clone() + reduced(self.feed_forward_block(h))
+    }
+
+    /// The attention block's output before the residual: `attn(norm(x))` — on a
+    /// tensor-parallel rank, this rank's partial sum of it.
+    pub(crate) fn attention_block(
+        &self,
+        x: Tensor<3>,
+        cos: &Tensor<4>,
+        sin: &Tensor<4>,
+        mask: &Tensor<4, Bool>,
+    ) -> Tensor<3> {
+        self.self_attn
+            .forward(rms_norm_hf(&self.input_layernorm, x), cos, sin, mask)
+    }
+
+    /// The feed-forward block's output before the residual: `ff(norm(h))` — on a
+    /// tensor-parallel rank, this rank's partial sum of it.
+    pub(crate) fn feed_forward_block(&self, h: Tensor<3>) -> Tensor<3> {
+        self.mlp
+            .forward(rms_norm_hf(&self.post_attention_layernorm, h))
     }
 }
 

@@ -24,7 +24,7 @@ pub use attention::{Attention, AttentionSpec, causal_padding_mask};
 pub(crate) use batch::check_id;
 pub use batch::{PaddingSide, TokenBatch};
 pub use causal_lm::CausalLm;
-pub(crate) use causal_lm::{check_length, with_decoder};
+pub(crate) use causal_lm::{LayerInputs, check_length, with_decoder};
 pub use decoder::{
     Architecture, Decoder, DecoderConfig, DecoderLayer, DecoderModel, FeedForwardBlock,
 };

@@ -47,6 +47,7 @@
 //! ```
 
 pub(crate) mod adamw;
+mod blockwise;
 mod checkpoint;
 mod clip;
 mod config;

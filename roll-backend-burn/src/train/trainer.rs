@@ -1,5 +1,6 @@
 //! [`Trainer`]: the actor's optimisation step on a [`TrainBatch`] under a roll-algos objective.
 
+use super::blockwise;
 use super::checkpoint::{self, CheckpointMeta, TrainedRole};
 use super::config::TrainKernels;
 use super::config::TrainerConfig;
@@ -114,7 +115,9 @@ impl Trainer {
             model.require_whole("train")?;
         }
         // Each rank holds its own part of some parameters: the group to sum their squared
-        // gradients over, and which they are.
+        // gradients over, and which they are. A tensor-parallel model trains on either path
+        // (block by block on Burn's autodiff, see `blockwise`); a pipeline stage on the fused
+        // one.
         let parts = match (model.tensor_shard(), model.pipeline_stage()) {
             (Some(shard), _) => Some((
                 shard.group(),
@@ -128,15 +131,21 @@ impl Trainer {
             )),
             (None, None) => None,
         };
-        if let Some((_, _, what)) = &parts
-            && (config.lora.is_some()
-                || fused::kernels_for(&config, &device.clone().inner(), &model)
-                    != TrainKernels::Auto)
-        {
-            return Err(BackendError::InvalidInput(format!(
-                "a {what} trains on the fused CPU path only (the cpu device, kernels = \
-                 \"auto\", no LoRA): Burn's autodiff does not see the exchanges between its ranks"
-            )));
+        if let Some((_, _, what)) = &parts {
+            if config.lora.is_some() {
+                return Err(BackendError::InvalidInput(format!(
+                    "a {what} trains without LoRA (its adapters would need slices of their own)"
+                )));
+            }
+            if model.pipeline_stage().is_some()
+                && fused::kernels_for(&config, &device.clone().inner(), &model)
+                    != TrainKernels::Auto
+            {
+                return Err(BackendError::InvalidInput(format!(
+                    "a {what} trains on the fused CPU path only (the cpu device, kernels = \
+                     \"auto\"): Burn's autodiff does not see the exchanges between its stages"
+                )));
+            }
         }
         let rng = TrainerRng::new(config.seed);
         let mut trainer = Self::build(model, config, rng, device)?;
@@ -368,18 +377,37 @@ impl Trainer {
                     metrics
                 }
                 None => {
-                    let (logp, entropy) = response_logprobs(model, &chunk);
-                    let inputs = policy_inputs(logp, entropy, &chunk, &objective);
-                    let out = policy_objective(&objective, inputs, &plan.denominators)
-                        .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
-                    let grads = GradientsParams::from_grads(out.loss.backward(), model);
+                    let objective = |hidden: Tensor<3>| {
+                        let (logp, entropy) = response_logprobs(model, &chunk, hidden);
+                        let inputs = policy_inputs(logp, entropy, &chunk, &objective);
+                        let out = policy_objective(&objective, inputs, &plan.denominators)
+                            .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
+                        Ok((out.loss, out.metrics))
+                    };
+                    let (grads, metrics) = match model.tensor_shard() {
+                        Some(shard) => {
+                            blockwise::tensor_parallel_gradients(model, shard, &chunk, |last| {
+                                objective(model.final_norm(last))
+                            })?
+                        }
+                        None => {
+                            let (loss, metrics) = objective(model.forward_hidden(&chunk.tokens))?;
+                            (GradientsParams::from_grads(loss.backward(), model), metrics)
+                        }
+                    };
                     acc.accumulate(model, grads);
-                    out.metrics
+                    metrics
                 }
             };
             record(&mut sums, &mut loss, &m, chunk.trained);
         }
-        self.core.batch_gradients(acc.grads(), loss, sums, &plan)
+        let mut grads = acc.grads();
+        if let (None, Some(shard)) = (&fused, model.tensor_shard()) {
+            // Each rank made its heads' and units' part of the layers' norm gains' gradients.
+            let norms = model.layer_norm_params().into_iter().collect();
+            blockwise::sum_over(shard.group().as_ref(), &mut grads, model, &norms)?;
+        }
+        self.core.batch_gradients(grads, loss, sums, &plan)
     }
 
     /// A pipeline stage's part of a batch: its micro-batches in its one-forward-one-backward
@@ -602,8 +630,14 @@ fn record(sums: &mut MetricSums, loss: &mut f64, m: &PolicyMetrics, trained: usi
     sums.add_tokens(trained);
 }
 
-fn response_logprobs(model: &CausalLm, chunk: &Chunk<'_>) -> (Tensor<2>, Tensor<2>) {
-    let hidden = chunk.response_hidden(model.forward_hidden(&chunk.tokens));
+/// The response tokens' log-probs and entropies from the final norm's output at every position
+/// (`hidden`, `[batch, seq, hidden]`).
+fn response_logprobs(
+    model: &CausalLm,
+    chunk: &Chunk<'_>,
+    hidden: Tensor<3>,
+) -> (Tensor<2>, Tensor<2>) {
+    let hidden = chunk.response_hidden(hidden);
     // Straight from the logits: no [B, T, V] log-softmax is materialised, and the gradients are
     // the analytic ones (see `token_logprobs_and_entropy`).
     let (logp, entropy) =

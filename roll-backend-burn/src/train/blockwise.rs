@@ -1,0 +1,212 @@
+//! A tensor-parallel model on Burn's autodiff path (any device, a GPU included): the backward
+//! walks the layers' blocks from the top, re-running each block from its input as a leaf, so that
+//! the group's all-reduce between two blocks — which Burn's autodiff cannot see — is made by hand.
+//!
+//! The forward runs without a graph and keeps each block's input (the residual stream before an
+//! attention block, before a feed-forward block). The objective runs on the last layer's output
+//! as a leaf; its backward gives `δ`, the gradient of the loss with respect to that output. Then,
+//! block by block downwards, the block's partial output `p_r` (this rank's heads or units) is
+//! re-run on the autodiff device from its input `x` and `Σ p_r ⊙ δ` back-propagated: that gives
+//! this rank's parameters' gradients and its part of `∂loss/∂x`, which the group sums (Megatron's
+//! `f`) and the residual adds to: `δ ← δ + Σ_r ∂(p_r·δ)/∂x`. Activation recomputation at block
+//! granularity (Chen et al. 2016, arXiv:1604.06174): one more forward of every block, in exchange
+//! for collectives in the right places. The norm gains inside the layers, which every rank holds
+//! alike, get each rank's part of their gradient: [`sum_over`] completes them once per step.
+
+use super::core::Chunk;
+use crate::models::{CausalLm, LayerInputs, TensorShard};
+use crate::{BackendError, Result};
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::{Tensor, TensorData};
+use roll_algos::loss::PolicyMetrics;
+use roll_core::strategy::{ReduceOp, Strategy};
+use std::collections::HashSet;
+
+/// One micro-batch's gradients (this rank's parameters, and its part of the layers' norm gains')
+/// and the objective's metrics, for a tensor-parallel `model` on the autodiff device.
+/// `objective` maps the final norm's input — the last layer's output — to the loss and metrics.
+///
+/// # Errors
+/// A failed all-reduce, or the objective's error.
+pub(crate) fn tensor_parallel_gradients(
+    model: &CausalLm,
+    shard: &TensorShard,
+    chunk: &Chunk<'_>,
+    objective: impl FnOnce(Tensor<3>) -> Result<(Tensor<1>, PolicyMetrics)>,
+) -> Result<(GradientsParams, PolicyMetrics)> {
+    let at = model.layer_inputs(&chunk.tokens);
+    let plain = model.valid();
+    let plain_at = LayerInputs {
+        embedded: at.embedded.clone().inner(),
+        cos: at.cos.clone().inner(),
+        sin: at.sin.clone().inner(),
+        mask: at.mask.clone().inner(),
+    };
+    // The forward without a graph: each block's input, in order.
+    let mut inputs = Vec::with_capacity(2 * plain.held_layers());
+    let mut x = plain_at.embedded.clone();
+    for l in 0..plain.held_layers() {
+        for feed_forward in [false, true] {
+            inputs.push(x.clone());
+            x = x.clone() + shard.reduce(plain.block(l, feed_forward, x, &plain_at));
+        }
+    }
+    let mut grads = GradientsParams::new();
+    let mut add = |g: GradientsParams| merge(&mut grads, g, model);
+    let top = x.autodiff().require_grad();
+    let (loss, metrics) = objective(top.clone())?;
+    let mut backward = loss.backward();
+    let mut delta = top.grad(&backward).ok_or_else(no_gradient)?;
+    add(GradientsParams::from_grads(backward, model));
+    for (i, input) in inputs.into_iter().enumerate().rev() {
+        let leaf = input.autodiff().require_grad();
+        let out = model.block(i / 2, i % 2 == 1, leaf.clone(), &at);
+        backward = (out * delta.clone().autodiff()).sum().backward();
+        let mine = leaf.grad(&backward).ok_or_else(no_gradient)?;
+        add(GradientsParams::from_grads(backward, model));
+        delta = delta + summed(shard, mine)?;
+    }
+    backward = (at.embedded * delta.autodiff()).sum().backward();
+    add(GradientsParams::from_grads(backward, model));
+    Ok((grads, metrics))
+}
+
+fn no_gradient() -> BackendError {
+    BackendError::Train("block-wise backward: a block's input got no gradient".into())
+}
+
+/// `partial` summed over the shard's group.
+fn summed(shard: &TensorShard, partial: Tensor<3>) -> Result<Tensor<3>> {
+    let (shape, device) = (partial.shape(), partial.device());
+    let mut values = partial
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| BackendError::Train(format!("cannot read a gradient: {e:?}")))?;
+    shard.all_reduce(&mut values)?;
+    Ok(Tensor::from_data(TensorData::new(values, shape), &device))
+}
+
+/// Adds `more` into `into`, parameter by parameter (`model`'s).
+fn merge(into: &mut GradientsParams, mut more: GradientsParams, model: &CausalLm) {
+    struct Merge<'a> {
+        into: &'a mut GradientsParams,
+        more: &'a mut GradientsParams,
+    }
+    impl ModuleVisitor for Merge<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            if let Some(g) = self.more.remove::<D>(p.id) {
+                let sum = match self.into.remove::<D>(p.id) {
+                    Some(sum) => sum + g,
+                    None => g,
+                };
+                self.into.register::<D>(p.id, sum);
+            }
+        }
+    }
+    model.visit(&mut Merge {
+        into,
+        more: &mut more,
+    });
+}
+
+/// Sums over `group` the gradients of `model`'s parameters in `ids` (zeros where a rank has
+/// none), in the model's order on every rank: one all-reduce.
+///
+/// # Errors
+/// A gradient that cannot be read, or a failed all-reduce.
+pub(crate) fn sum_over(
+    group: &dyn Strategy,
+    grads: &mut GradientsParams,
+    model: &CausalLm,
+    ids: &HashSet<ParamId>,
+) -> Result<()> {
+    /// Takes the listed gradients out, flattened, with each one's shape.
+    struct Take<'a> {
+        grads: &'a mut GradientsParams,
+        ids: &'a HashSet<ParamId>,
+        taken: Vec<(ParamId, Vec<usize>, usize)>,
+        flat: Vec<f32>,
+        failed: Option<String>,
+    }
+    impl ModuleVisitor for Take<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            if !self.ids.contains(&p.id) {
+                return;
+            }
+            let shape = p.val().dims().to_vec();
+            let n: usize = shape.iter().product();
+            match self.grads.remove::<D>(p.id) {
+                Some(g) => match g.into_data().convert::<f32>().try_into_vec::<f32>() {
+                    Ok(v) => self.flat.extend(v),
+                    Err(e) => {
+                        self.failed.get_or_insert(format!("{e:?}"));
+                        self.flat.extend(std::iter::repeat_n(0.0, n));
+                    }
+                },
+                None => self.flat.extend(std::iter::repeat_n(0.0, n)),
+            }
+            self.taken.push((p.id, shape, n));
+        }
+    }
+    /// Puts the summed gradients back.
+    struct Put<'a> {
+        grads: &'a mut GradientsParams,
+        taken: std::collections::HashMap<ParamId, (Vec<usize>, usize)>,
+        flat: &'a [f32],
+        device: burn::tensor::Device,
+    }
+    impl ModuleVisitor for Put<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            if let Some((shape, at)) = self.taken.get(&p.id) {
+                let n: usize = shape.iter().product();
+                let data = TensorData::new(self.flat[*at..at + n].to_vec(), shape.clone());
+                self.grads
+                    .register::<D>(p.id, Tensor::from_data(data, &self.device));
+            }
+        }
+    }
+    let mut take = Take {
+        grads,
+        ids,
+        taken: Vec::new(),
+        flat: Vec::new(),
+        failed: None,
+    };
+    model.visit(&mut take);
+    if let Some(why) = take.failed {
+        return Err(BackendError::Train(format!(
+            "cannot read a gradient: {why}"
+        )));
+    }
+    let Take {
+        taken, mut flat, ..
+    } = take;
+    group
+        .all_reduce(&mut flat, ReduceOp::Sum)
+        .map_err(|e| BackendError::Collective(Box::new(e)))?;
+    let mut offsets = std::collections::HashMap::new();
+    let mut at = 0;
+    for (id, shape, n) in taken {
+        offsets.insert(id, (shape, at));
+        at += n;
+    }
+    let device = model_device(model);
+    model.visit(&mut Put {
+        grads,
+        taken: offsets,
+        flat: &flat,
+        device,
+    });
+    Ok(())
+}
+
+/// The plain device of `model`'s parameters (gradients live there).
+fn model_device(model: &CausalLm) -> burn::tensor::Device {
+    model
+        .devices()
+        .first()
+        .cloned()
+        .map_or_else(burn::tensor::Device::flex, |d| d.inner())
+}
