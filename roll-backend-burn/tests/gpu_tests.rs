@@ -1,7 +1,8 @@
 //! The GPU path end to end on the machine's Vulkan adapter (lavapipe in CI; `.ci/gpu`): a
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
-//! leaves the parameters where the same step on the CPU does (with one trainer, and with two
-//! data-parallel replicas on the device), and the engine's device decoder
+//! leaves the parameters where the same step on the CPU does (with one trainer, with two
+//! data-parallel replicas on the device, and with two tensor-parallel ranks training block by
+//! block on Burn's autodiff path), and the engine's device decoder
 //! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
 //! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
@@ -88,6 +89,47 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
     for replicas in [1, 2] {
         let (on_gpu, gpu_reports) = step_on(&vec![gpu; replicas]);
         assert_close(&on_cpu, &cpu_reports, &on_gpu, &gpu_reports);
+    }
+}
+
+#[test]
+fn tensor_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
+    use roll_core::strategy::{LocalGroup, Strategy};
+    use std::sync::Arc;
+    let config = TrainerConfig {
+        lr: 1e-3,
+        eps: 1e-6,
+        max_grad_norm: Some(0.01),
+        ..TrainerConfig::default()
+    };
+    let model = load_model(support::fixture("tiny-qwen2-sft"), &Device::flex()).unwrap();
+    let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+    let cpu_reports: Vec<_> = (0..2)
+        .map(|_| whole.step(&batch(), &Objective::default()).unwrap())
+        .collect();
+    let on_cpu = params(&whole.inference_model().unwrap());
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); 2]).unwrap();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|rank| {
+                let (model, config) = (model.clone(), config.clone());
+                let group: Arc<dyn Strategy> = Arc::new(rank.clone());
+                s.spawn(move || {
+                    let device = gpu();
+                    let part = model.shard_tensors(group).unwrap().to_device(&device);
+                    let mut trainer = Trainer::new(part, config, &device).unwrap();
+                    let reports: Vec<_> = (0..2)
+                        .map(|_| trainer.step(&batch(), &Objective::default()).unwrap())
+                        .collect();
+                    (params(&trainer.whole_model().unwrap()), reports)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (on_gpu, gpu_reports) in &results {
+        assert_close(&on_cpu, &cpu_reports, on_gpu, gpu_reports);
     }
 }
 

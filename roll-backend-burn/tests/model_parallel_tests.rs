@@ -627,4 +627,3 @@ fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
     let model = qwen2();
     assert!(support::params(&model.gather().unwrap()) == support::params(&model));
 }
-

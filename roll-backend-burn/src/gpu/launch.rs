@@ -14,7 +14,8 @@ const ROW_UNITS: usize = 128;
 /// Units per cube of the element-wise kernels.
 const ELEMENT_UNITS: u32 = 256;
 
-/// The cubecl tensor under `tensor`, checked to be a contiguous f32 (or, for `ints`, i32) buffer.
+/// The cubecl tensor under `tensor` as a contiguous row-major buffer, which the kernels index: a
+/// strided view (a transpose, a gradient summed from one) is copied into one on the device.
 fn cube<const D: usize, K>(tensor: Tensor<D, K>, what: &str) -> Result<CubeTensor>
 where
     K: burn::tensor::kind::Basic + burn::tensor::BackendPrimitive<Cube, Primitive = CubeTensor>,
@@ -24,12 +25,11 @@ where
             "{what}: the GPU kernels run on a cubecl device (wgpu), not here: {e:?}"
         ))
     })?;
-    if !t.is_contiguous() {
-        return Err(BackendError::InvalidInput(format!(
-            "{what}: the GPU kernels read contiguous row-major tensors"
-        )));
-    }
-    Ok(t)
+    Ok(if t.is_contiguous() {
+        t
+    } else {
+        burn_cubecl::kernel::into_contiguous(t)
+    })
 }
 
 fn float<const D: usize>(tensor: Tensor<D>, what: &str) -> Result<CubeTensor> {

@@ -15,8 +15,8 @@
 //! adapter the machine has — on a machine without a GPU, Mesa's lavapipe (Vulkan on the CPU;
 //! Debian `mesa-vulkan-drivers`), which is what CI does.
 //!
-//! Kernels index their tensors as contiguous row-major buffers; the wrappers check that and
-//! refuse anything else with an error rather than read it wrongly.
+//! Kernels index their tensors as contiguous row-major buffers; the wrappers copy a strided view
+//! (a transpose, a gradient summed from one) into one on the device rather than read it wrongly.
 
 mod kernels;
 mod launch;
