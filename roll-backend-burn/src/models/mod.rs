@@ -32,6 +32,7 @@ pub use linear::linear_rows;
 pub use logprobs::{token_logprobs_and_entropy, token_logprobs_from_logits};
 pub use mlp::Mlp;
 pub use norm::rms_norm_hf;
+pub(crate) use pipeline_parallel::StageCompute;
 pub use pipeline_parallel::{PipelineOp, PipelineStage};
 pub use qwen2::{Qwen2Config, Qwen2ForCausalLM};
 pub use qwen3::{Qwen3Config, Qwen3ForCausalLM};

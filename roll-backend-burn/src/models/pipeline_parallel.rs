@@ -73,7 +73,83 @@ pub fn one_forward_one_backward(
     ops
 }
 
+/// What a stage computes for one micro-batch, on whichever kernels: the forward from its input
+/// (the stage before's output; `None` on the first stage) to its output (`None` on the last),
+/// keeping what its backward reads; the backward from the gradient of its output (`None` on the
+/// last stage, which runs the objective) to the gradient of its input (`None` on the first).
+/// Streams and their gradients travel as flat `f32`s.
+pub(crate) trait StageCompute {
+    /// What a forward keeps for its backward.
+    type Kept;
+
+    /// The forward of micro-batch `i`.
+    fn forward(
+        &mut self,
+        i: usize,
+        input: Option<Vec<f32>>,
+    ) -> Result<(Self::Kept, Option<Vec<f32>>)>;
+
+    /// The backward of micro-batch `i`.
+    fn backward(
+        &mut self,
+        i: usize,
+        kept: Self::Kept,
+        output_grad: Option<Vec<f32>>,
+    ) -> Result<Option<Vec<f32>>>;
+}
+
 impl PipelineStage {
+    /// Runs `micro_batches` micro-batches through this stage in its schedule with `compute`:
+    /// each forward's output goes to the next stage, each backward's input gradient to the one
+    /// before.
+    ///
+    /// # Errors
+    /// `compute`'s errors, and a neighbour that fails or sends nothing in time.
+    pub(crate) fn run<C: StageCompute>(&self, micro_batches: usize, compute: &mut C) -> Result<()> {
+        let ops = self.schedule(micro_batches);
+        let mut kept = std::collections::HashMap::new();
+        // Inputs received ahead of their forward (below).
+        let mut early = std::collections::HashMap::new();
+        for (k, &op) in ops.iter().enumerate() {
+            match op {
+                PipelineOp::Forward(i) => {
+                    let input = match (self.is_first(), early.remove(&i)) {
+                        (true, _) => None,
+                        (false, Some(x)) => Some(x),
+                        (false, None) => Some(self.receive(false)?),
+                    };
+                    let (state, output) = compute.forward(i, input)?;
+                    if let (false, Some(output)) = (self.is_last(), output) {
+                        self.send(true, &output)?;
+                    }
+                    kept.insert(i, state);
+                }
+                PipelineOp::Backward(i) => {
+                    let state = kept.remove(&i).ok_or_else(|| {
+                        BackendError::Train(format!("pipeline: no forward of micro-batch {i}"))
+                    })?;
+                    let output_grad = if self.is_last() {
+                        None
+                    } else {
+                        Some(self.receive(true)?)
+                    };
+                    if let (false, Some(input_grad)) =
+                        (self.is_first(), compute.backward(i, state, output_grad)?)
+                    {
+                        // The stage before sends the input of this stage's next forward before it
+                        // waits for this gradient: take it first, or the two blocking sends (MPI)
+                        // would wait for each other.
+                        if let Some(&PipelineOp::Forward(j)) = ops.get(k + 1) {
+                            early.insert(j, self.receive(false)?);
+                        }
+                        self.send(false, &input_grad)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Stage `link.rank()` of a pipeline of `link.world_size()` stages over a model of
     /// `num_layers` layers.
     ///

@@ -11,7 +11,7 @@ use super::core::{
 use super::fused;
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
 use crate::models::token_logprobs_and_entropy;
-use crate::models::{CausalLm, PipelineOp, PipelineStage};
+use crate::models::{CausalLm, PipelineStage, StageCompute};
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
@@ -20,7 +20,6 @@ use roll_algos::loss::{LossAggregation, PolicyInputs, PolicyMetrics, policy_obje
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use roll_core::strategy::Strategy;
 use roll_core::{TrainBatch, TrainSequence};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -410,9 +409,8 @@ impl Trainer {
         self.core.batch_gradients(grads, loss, sums, &plan)
     }
 
-    /// A pipeline stage's part of a batch: its micro-batches in its one-forward-one-backward
-    /// order, each forward's output stream sent to the next stage and each backward's input
-    /// gradient to the one before (see [`pipeline_parallel`](crate::models::pipeline_parallel)).
+    /// A pipeline stage's part of a batch on the fused CPU path: its micro-batches in its
+    /// one-forward-one-backward order (see [`pipeline_parallel`](crate::models::pipeline_parallel)).
     /// The last stage runs the objective; its loss and metrics are summed over the stages (the
     /// others add nothing), as are the gradients of the parameters every stage holds.
     #[allow(clippy::too_many_arguments)]
@@ -426,60 +424,20 @@ impl Trainer {
         sums: &mut MetricSums,
         loss: &mut f64,
     ) -> Result<GradientsParams> {
-        let packed: Vec<fused::Packed> = chunks.iter().map(|c| fused::pack(&c.seqs)).collect();
-        let outputs = if stage.is_last() {
-            fused::Outputs::LogProbs
-        } else {
-            fused::Outputs::Stream
+        let mut compute = FusedStage {
+            trainer: self,
+            weights,
+            last: stage.is_last(),
+            packed: chunks.iter().map(|c| fused::pack(&c.seqs)).collect(),
+            chunks,
+            objective,
+            plan,
+            sums,
+            loss,
+            sink: fused::GradSink::default(),
         };
-        let ops = stage.schedule(chunks.len());
-        let mut tapes = HashMap::new();
-        // Inputs received ahead of their forward (below).
-        let mut early: HashMap<usize, Vec<f32>> = HashMap::new();
-        let mut sink = fused::GradSink::default();
-        for (k, &op) in ops.iter().enumerate() {
-            match op {
-                PipelineOp::Forward(i) => {
-                    let input = match (stage.is_first(), early.remove(&i)) {
-                        (true, _) => None,
-                        (false, Some(x)) => Some(x),
-                        (false, None) => Some(stage.receive(false)?),
-                    };
-                    let tape = fused::forward(weights, &packed[i], input.as_deref(), outputs)?;
-                    if !stage.is_last() {
-                        stage.send(true, &tape.stream_out)?;
-                    }
-                    tapes.insert(i, tape);
-                }
-                PipelineOp::Backward(i) => {
-                    let tape = tapes.remove(&i).ok_or_else(|| {
-                        BackendError::Train(format!("pipeline: no forward of micro-batch {i}"))
-                    })?;
-                    let d_in = if stage.is_last() {
-                        let (d_logp, d_entropy, m) =
-                            self.objective_gradients(&tape, &chunks[i], objective, plan)?;
-                        record(sums, loss, &m, chunks[i].trained);
-                        let from = fused::StageGrad::LogProbs {
-                            d_logp: &d_logp,
-                            d_entropy: &d_entropy,
-                        };
-                        fused::backward_stage(weights, &packed[i], tape, from, &mut sink)?
-                    } else {
-                        let from = fused::StageGrad::Stream(stage.receive(true)?);
-                        fused::backward_stage(weights, &packed[i], tape, from, &mut sink)?
-                    };
-                    if let Some(d_in) = d_in {
-                        // The stage before sends the input of this stage's next forward before it
-                        // waits for this gradient: take it first, or the two blocking sends (MPI)
-                        // would wait for each other.
-                        if let Some(&PipelineOp::Forward(j)) = ops.get(k + 1) {
-                            early.insert(j, stage.receive(false)?);
-                        }
-                        stage.send(false, &d_in)?;
-                    }
-                }
-            }
-        }
+        stage.run(chunks.len(), &mut compute)?;
+        let FusedStage { mut sink, .. } = compute;
         sink.sum_shared(weights, stage)?;
         sums.all_reduce(stage.group().as_ref(), loss)
             .map_err(|e| BackendError::Collective(Box::new(e)))?;
@@ -609,6 +567,68 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
 
 /// The log-probs and entropies of a micro-batch's response tokens on Burn's autodiff (`[rows, T]`
 /// each; the entropy carries a gradient only when the objective's entropy bonus is on).
+/// A pipeline stage on the fused CPU path: the forward keeps its tape; the last stage's backward
+/// starts from the objective's gradients.
+struct FusedStage<'a, 'c> {
+    trainer: &'a Trainer,
+    weights: &'a fused::Weights,
+    last: bool,
+    packed: Vec<fused::Packed>,
+    chunks: &'a [Chunk<'c>],
+    objective: &'a Objective,
+    plan: &'a Plan,
+    sums: &'a mut MetricSums,
+    loss: &'a mut f64,
+    sink: fused::GradSink,
+}
+
+impl StageCompute for FusedStage<'_, '_> {
+    type Kept = fused::Tape;
+
+    fn forward(
+        &mut self,
+        i: usize,
+        input: Option<Vec<f32>>,
+    ) -> Result<(fused::Tape, Option<Vec<f32>>)> {
+        let outputs = if self.last {
+            fused::Outputs::LogProbs
+        } else {
+            fused::Outputs::Stream
+        };
+        let mut tape = fused::forward(self.weights, &self.packed[i], input.as_deref(), outputs)?;
+        let output = (!self.last).then(|| std::mem::take(&mut tape.stream_out));
+        Ok((tape, output))
+    }
+
+    fn backward(
+        &mut self,
+        i: usize,
+        tape: fused::Tape,
+        output_grad: Option<Vec<f32>>,
+    ) -> Result<Option<Vec<f32>>> {
+        let (w, p) = (self.weights, &self.packed[i]);
+        match output_grad {
+            Some(d) => {
+                fused::backward_stage(w, p, tape, fused::StageGrad::Stream(d), &mut self.sink)
+            }
+            None => {
+                let (d_logp, d_entropy, m) = self.trainer.objective_gradients(
+                    &tape,
+                    &self.chunks[i],
+                    self.objective,
+                    self.plan,
+                )?;
+                record(self.sums, self.loss, &m, self.chunks[i].trained);
+                let from = fused::StageGrad::LogProbs {
+                    d_logp: &d_logp,
+                    d_entropy: &d_entropy,
+                };
+                fused::backward_stage(w, p, tape, from, &mut self.sink)
+            }
+        }
+    }
+}
+
 /// Adds a micro-batch's loss and metrics (`trained` tokens) to the batch's.
 fn record(sums: &mut MetricSums, loss: &mut f64, m: &PolicyMetrics, trained: usize) {
     *loss += f64::from(m.total_loss);
