@@ -210,3 +210,120 @@ fn model_device(model: &CausalLm) -> burn::tensor::Device {
         .cloned()
         .map_or_else(burn::tensor::Device::flex, |d| d.inner())
 }
+
+/// A pipeline stage on Burn's autodiff path (any device): the forward runs the stage's layers
+/// without a graph and keeps only the stage's input; the backward re-runs the stage on the
+/// autodiff device from that input as a leaf (the first stage from the tokens, through the
+/// embedding) and back-propagates the gradient of its output from the stage after — or, on the
+/// last stage, the objective's loss. One recomputed forward per stage and micro-batch, and only
+/// the stage inputs kept between a micro-batch's forward and its backward.
+pub(crate) struct BurnStage<'a, 'c, F> {
+    pub model: &'a CausalLm,
+    pub plain: CausalLm,
+    pub chunks: &'a [Chunk<'c>],
+    pub last: bool,
+    /// The loss and metrics of micro-batch `i` from the last layer's output (the last stage).
+    pub objective: F,
+    pub grads: GradientsParams,
+}
+
+impl<F> BurnStage<'_, '_, F> {
+    /// `[rows, seq, hidden]` of micro-batch `i`'s stream.
+    fn dims(&self, i: usize) -> [usize; 3] {
+        let [rows, seq] = self.chunks[i].tokens.input_ids.dims();
+        [rows, seq, self.model.hidden_size()]
+    }
+
+    /// The stage's layers over `x`.
+    fn layers(model: &CausalLm, mut x: Tensor<3>, at: &LayerInputs) -> Tensor<3> {
+        for l in 0..model.held_layers() {
+            for feed_forward in [false, true] {
+                x = x.clone() + model.block(l, feed_forward, x, at);
+            }
+        }
+        x
+    }
+}
+
+impl<F> crate::models::StageCompute for BurnStage<'_, '_, F>
+where
+    F: FnMut(usize, Tensor<3>) -> Result<Tensor<1>>,
+{
+    type Kept = Option<Tensor<3>>;
+
+    fn forward(
+        &mut self,
+        i: usize,
+        input: Option<Vec<f32>>,
+    ) -> Result<(Option<Tensor<3>>, Option<Vec<f32>>)> {
+        let at = self.model.layer_inputs(&self.chunks[i].tokens);
+        let device = at.embedded.device().inner();
+        let input = input.map(|v| Tensor::from_data(TensorData::new(v, self.dims(i)), &device));
+        if self.last {
+            // The backward runs the whole stage with its graph: nothing to run now.
+            return Ok((input, None));
+        }
+        let plain_at = LayerInputs {
+            embedded: at.embedded.inner(),
+            cos: at.cos.inner(),
+            sin: at.sin.inner(),
+            mask: at.mask.inner(),
+        };
+        let x = input.clone().unwrap_or_else(|| plain_at.embedded.clone());
+        let out = Self::layers(&self.plain, x, &plain_at);
+        Ok((input, Some(values(out)?)))
+    }
+
+    fn backward(
+        &mut self,
+        i: usize,
+        input: Option<Tensor<3>>,
+        output_grad: Option<Vec<f32>>,
+    ) -> Result<Option<Vec<f32>>> {
+        let at = self.model.layer_inputs(&self.chunks[i].tokens);
+        let leaf = input.map(|x| x.autodiff().require_grad());
+        let x = leaf.clone().unwrap_or_else(|| at.embedded.clone());
+        let out = Self::layers(self.model, x, &at);
+        let loss = match output_grad {
+            Some(d) => {
+                let device = out.device();
+                (out * Tensor::from_data(TensorData::new(d, self.dims(i)), &device)).sum()
+            }
+            None => (self.objective)(i, out)?,
+        };
+        let backward = loss.backward();
+        let input_grad = match &leaf {
+            Some(leaf) => Some(values(leaf.grad(&backward).ok_or_else(no_gradient)?)?),
+            None => None,
+        };
+        merge(
+            &mut self.grads,
+            GradientsParams::from_grads(backward, self.model),
+            self.model,
+        );
+        Ok(input_grad)
+    }
+}
+
+/// A tensor's values as `f32`s.
+fn values<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| BackendError::Train(format!("cannot read a stage's stream: {e:?}")))
+}
+
+/// Every float parameter id of `model` that is not one of `own`: what a pipeline's stages all
+/// hold (embedding, final norm, LM head).
+pub(crate) fn shared_params(model: &CausalLm, own: &[ParamId]) -> HashSet<ParamId> {
+    struct Ids(Vec<ParamId>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            self.0.push(p.id);
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    model.visit(&mut ids);
+    let own: HashSet<ParamId> = own.iter().copied().collect();
+    ids.0.into_iter().filter(|id| !own.contains(id)).collect()
+}

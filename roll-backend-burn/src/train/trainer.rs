@@ -114,9 +114,8 @@ impl Trainer {
             model.require_whole("train")?;
         }
         // Each rank holds its own part of some parameters: the group to sum their squared
-        // gradients over, and which they are. A tensor-parallel model trains on either path
-        // (block by block on Burn's autodiff, see `blockwise`); a pipeline stage on the fused
-        // one.
+        // gradients over, and which they are. Both train on either path (on Burn's autodiff
+        // block by block or stage by stage, see `blockwise`).
         let parts = match (model.tensor_shard(), model.pipeline_stage()) {
             (Some(shard), _) => Some((
                 shard.group(),
@@ -130,21 +129,10 @@ impl Trainer {
             )),
             (None, None) => None,
         };
-        if let Some((_, _, what)) = &parts {
-            if config.lora.is_some() {
-                return Err(BackendError::InvalidInput(format!(
-                    "a {what} trains without LoRA (its adapters would need slices of their own)"
-                )));
-            }
-            if model.pipeline_stage().is_some()
-                && fused::kernels_for(&config, &device.clone().inner(), &model)
-                    != TrainKernels::Auto
-            {
-                return Err(BackendError::InvalidInput(format!(
-                    "a {what} trains on the fused CPU path only (the cpu device, kernels = \
-                     \"auto\"): Burn's autodiff does not see the exchanges between its stages"
-                )));
-            }
+        if let (Some((_, _, what)), Some(_)) = (&parts, &config.lora) {
+            return Err(BackendError::InvalidInput(format!(
+                "a {what} trains without LoRA (its adapters would need parts of their own)"
+            )));
         }
         let rng = TrainerRng::new(config.seed);
         let mut trainer = Self::build(model, config, rng, device)?;
@@ -355,6 +343,32 @@ impl Trainer {
                 &self.core.ad_device,
             )
         };
+        if let (None, Some(stage)) = (&fused, model.pipeline_stage()) {
+            let chunks = plan.chunks.iter().map(chunk).collect::<Result<Vec<_>>>()?;
+            let mut compute = blockwise::BurnStage {
+                model,
+                plain: model.valid(),
+                chunks: &chunks,
+                last: stage.is_last(),
+                objective: |i: usize, out: Tensor<3>| {
+                    let c = &chunks[i];
+                    let hidden = model.final_norm(out);
+                    let (l, m) = burn_objective(model, c, &objective, &plan, hidden)?;
+                    record(&mut sums, &mut loss, &m, c.trained);
+                    Ok(l)
+                },
+                grads: GradientsParams::new(),
+            };
+            stage.run(chunks.len(), &mut compute)?;
+            let blockwise::BurnStage { mut grads, .. } = compute;
+            // The embedding, final norm and head: each stage made its part of their gradients.
+            let shared = blockwise::shared_params(model, &model.stage_params());
+            blockwise::sum_over(stage.group().as_ref(), &mut grads, model, &shared)?;
+            sums.all_reduce(stage.group().as_ref(), &mut loss)
+                .map_err(|e| BackendError::Collective(Box::new(e)))?;
+            acc.accumulate(model, grads);
+            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
+        }
         if let Some((weights, stage)) = fused
             .as_ref()
             .and_then(|w| w.stage.as_ref().map(|s| (w, s)))
@@ -377,11 +391,7 @@ impl Trainer {
                 }
                 None => {
                     let objective = |hidden: Tensor<3>| {
-                        let (logp, entropy) = response_logprobs(model, &chunk, hidden);
-                        let inputs = policy_inputs(logp, entropy, &chunk, &objective);
-                        let out = policy_objective(&objective, inputs, &plan.denominators)
-                            .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
-                        Ok((out.loss, out.metrics))
+                        burn_objective(model, &chunk, &objective, &plan, hidden)
                     };
                     let (grads, metrics) = match model.tensor_shard() {
                         Some(shard) => {
@@ -627,6 +637,22 @@ impl StageCompute for FusedStage<'_, '_> {
             }
         }
     }
+}
+
+/// The objective on Burn's autodiff path for one micro-batch, from the final norm's output at
+/// every position (`hidden`): the loss and the metrics.
+fn burn_objective(
+    model: &CausalLm,
+    chunk: &Chunk<'_>,
+    objective: &Objective,
+    plan: &Plan,
+    hidden: Tensor<3>,
+) -> Result<(Tensor<1>, PolicyMetrics)> {
+    let (logp, entropy) = response_logprobs(model, chunk, hidden);
+    let inputs = policy_inputs(logp, entropy, chunk, objective);
+    let out = policy_objective(objective, inputs, &plan.denominators)
+        .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
+    Ok((out.loss, out.metrics))
 }
 
 /// Adds a micro-batch's loss and metrics (`trained` tokens) to the batch's.
