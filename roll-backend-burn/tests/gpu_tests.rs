@@ -1,8 +1,8 @@
 //! The GPU path end to end on the machine's Vulkan adapter (lavapipe in CI; `.ci/gpu`): a
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
 //! leaves the parameters where the same step on the CPU does (with one trainer, with two
-//! data-parallel replicas on the device, and with two tensor-parallel ranks training block by
-//! block on Burn's autodiff path), and the engine's device decoder
+//! data-parallel replicas on the device, with two tensor-parallel ranks training block by block
+//! and with two pipeline stages on Burn's autodiff path), and the engine's device decoder
 //! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
 //! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
@@ -93,8 +93,8 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
 }
 
 #[test]
-fn tensor_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
-    use roll_core::strategy::{LocalGroup, Strategy};
+fn tensor_and_pipeline_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
+    use roll_core::strategy::{LocalGroup, Messenger};
     use std::sync::Arc;
     let config = TrainerConfig {
         lr: 1e-3,
@@ -108,28 +108,36 @@ fn tensor_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
         .map(|_| whole.step(&batch(), &Objective::default()).unwrap())
         .collect();
     let on_cpu = params(&whole.inference_model().unwrap());
-    let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); 2]).unwrap();
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = ranks
-            .iter()
-            .map(|rank| {
-                let (model, config) = (model.clone(), config.clone());
-                let group: Arc<dyn Strategy> = Arc::new(rank.clone());
-                s.spawn(move || {
-                    let device = gpu();
-                    let part = model.shard_tensors(group).unwrap().to_device(&device);
-                    let mut trainer = Trainer::new(part, config, &device).unwrap();
-                    let reports: Vec<_> = (0..2)
-                        .map(|_| trainer.step(&batch(), &Objective::default()).unwrap())
-                        .collect();
-                    (params(&trainer.whole_model().unwrap()), reports)
+    // Two ranks holding slices of every layer, then two pipeline stages.
+    for pipeline in [false, true] {
+        let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); 2]).unwrap();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = ranks
+                .iter()
+                .map(|rank| {
+                    let (model, config) = (model.clone(), config.clone());
+                    let group: Arc<dyn Messenger> = Arc::new(rank.clone());
+                    s.spawn(move || {
+                        let device = gpu();
+                        let part = if pipeline {
+                            model.split_stages(group)
+                        } else {
+                            model.shard_tensors(group)
+                        };
+                        let part = part.unwrap().to_device(&device);
+                        let mut trainer = Trainer::new(part, config, &device).unwrap();
+                        let reports: Vec<_> = (0..2)
+                            .map(|_| trainer.step(&batch(), &Objective::default()).unwrap())
+                            .collect();
+                        (params(&trainer.whole_model().unwrap()), reports)
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for (on_gpu, gpu_reports) in &results {
-        assert_close(&on_cpu, &cpu_reports, on_gpu, gpu_reports);
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (on_gpu, gpu_reports) in &results {
+            assert_close(&on_cpu, &cpu_reports, on_gpu, gpu_reports);
+        }
     }
 }
 
