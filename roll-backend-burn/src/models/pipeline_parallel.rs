@@ -14,9 +14,11 @@
 //! forwards as there are stages after it before its first backward, then alternates, so at most
 //! `P − s` micro-batches' activations are alive on stage `s` at once (GPipe keeps all of them).
 //!
-//! A stage model trains on the fused CPU path ([`Trainer`](crate::train::Trainer)), every stage
-//! taking each step together on the same batch; it does not run a whole forward (scoring, an
-//! inference engine, saving need every layer and are refused).
+//! A stage model trains ([`Trainer`](crate::train::Trainer)) on the fused CPU path, or on Burn's
+//! autodiff path (a GPU) re-running the stage with its graph in the backward from the input it
+//! kept; every stage takes each step together on the same batch. It does not run a whole forward
+//! (scoring, an inference engine, saving need every layer and are refused; gather first,
+//! [`CausalLm::gather`](crate::CausalLm::gather)).
 
 use crate::{BackendError, Result};
 use roll_core::strategy::{Messenger, ReduceOp};

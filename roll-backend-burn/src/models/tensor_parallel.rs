@@ -16,7 +16,7 @@
 //! equal to the engine's.)
 //!
 //! **One description, every path.** [`CausalLm::shard_tensors`](crate::CausalLm::shard_tensors)
-//! slices the Burn model's own parameters (keeping their [`ParamId`](burn::module::ParamId)s);
+//! slices the Burn model's own parameters (keeping their [`ParamId`]s);
 //! every compute path then reads the sliced model and reduces at the same two points of a layer:
 //! the Burn forward ([`DecoderLayer`](crate::models::DecoderLayer), any device), the CPU decoder
 //! (scoring, and the fused training path's forward), and the fused training path's backward, which
@@ -24,8 +24,10 @@
 //! ranks' column-parallel inputs (Megatron's `f` operator).
 //!
 //! Every rank of the group runs each forward (and each training step) together, on the same
-//! tokens. Burn's autodiff does not see the all-reduces (they go through host memory), so a
-//! sharded model trains on the fused CPU path only; the Burn path scores.
+//! tokens. Burn's autodiff does not see the all-reduces (they go through host memory): on its
+//! path (a GPU, `kernels = "autodiff"`) a sharded model trains block by block, the backward
+//! re-running each block from its input and making the conjugate all-reduce by hand
+//! ([`train`](crate::train)'s block-wise backward).
 
 use super::attention::Attention;
 use super::decoder::DecoderConfig;

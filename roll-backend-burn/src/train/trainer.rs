@@ -106,9 +106,10 @@ impl Trainer {
     /// [`BackendError::InvalidTrainConfig`] for a bad config, including a LoRA target that names
     /// no linear layer of the model (key `lora.target_modules`).
     ///
-    /// A tensor-parallel model ([`CausalLm::shard_tensors`]) trains on the fused CPU path, every
-    /// rank of its group stepping together on the same batch; [`BackendError::InvalidInput`]
-    /// where that path does not run it (another device, `kernels = "autodiff"`, LoRA).
+    /// A tensor-parallel model ([`CausalLm::shard_tensors`]) or a pipeline stage
+    /// ([`CausalLm::split_stages`]) trains with every rank of its group stepping together on the
+    /// same batch, on either path (on Burn's autodiff block by block, or stage by stage);
+    /// [`BackendError::InvalidInput`] with LoRA.
     pub fn new(model: CausalLm, config: TrainerConfig, device: &Device) -> Result<Self> {
         if model.is_expert_sharded() {
             model.require_whole("train")?;

@@ -33,14 +33,14 @@ pub struct ModelConfig {
     /// Processes of a distributed run that hold one copy of the actor between them, each a
     /// slice of every layer's attention heads and MLP (tensor parallelism, Megatron-LM's): the
     /// training processes form `N / tensor_parallel` such copies, trained data-parallel. Dense
-    /// Qwen2/Qwen3 on the CPU training path; the heads, key/value heads and MLP width must
-    /// divide. Default `1`. ROLL: `tensor_model_parallel_size`.
+    /// Qwen2/Qwen3, without LoRA; the heads, key/value heads and MLP width must divide. Default
+    /// `1`. ROLL: `tensor_model_parallel_size`.
     #[serde(default = "one")]
     pub tensor_parallel: u32,
     /// Processes of a distributed run that hold one copy of the actor between them, each a
     /// block of its layers, micro-batches running one forward one backward through them
-    /// (pipeline parallelism). Dense Qwen2/Qwen3 on the CPU training path; at most one stage
-    /// per layer. Default `1`. ROLL: `pipeline_model_parallel_size`.
+    /// (pipeline parallelism). Dense Qwen2/Qwen3, without LoRA; at most one stage per layer.
+    /// Default `1`. ROLL: `pipeline_model_parallel_size`.
     #[serde(default = "one")]
     pub pipeline_parallel: u32,
 }
