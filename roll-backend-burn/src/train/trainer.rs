@@ -576,8 +576,6 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
     Ok(objective.clone())
 }
 
-/// The log-probs and entropies of a micro-batch's response tokens on Burn's autodiff (`[rows, T]`
-/// each; the entropy carries a gradient only when the objective's entropy bonus is on).
 /// A pipeline stage on the fused CPU path: the forward keeps its tape; the last stage's backward
 /// starts from the objective's gradients.
 struct FusedStage<'a, 'c> {
@@ -677,8 +675,9 @@ fn record(sums: &mut MetricSums, loss: &mut f64, m: &PolicyMetrics, trained: usi
     sums.add_tokens(trained);
 }
 
-/// The response tokens' log-probs and entropies from the final norm's output at every position
-/// (`hidden`, `[batch, seq, hidden]`).
+/// The log-probs and entropies of a micro-batch's response tokens on Burn's autodiff (`[rows, T]`
+/// each; the entropy carries a gradient only when the objective's entropy bonus is on), from the
+/// final norm's output at every position (`hidden`, `[batch, seq, hidden]`).
 fn response_logprobs(
     model: &CausalLm,
     chunk: &Chunk<'_>,
