@@ -245,6 +245,33 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
         }
         let worst = max_param_diff(&alone_model, &model);
         assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
+        if ranks == 2 {
+            // Stopped after its first step and resumed: every rank reads its part of the
+            // checkpoint, and the run ends where the uninterrupted one did.
+            let out = out_dir(&format!("{name}-resumed"));
+            let first = config(
+                &out,
+                &[extra, &["run.save_every=1", "run.max_steps=1"]].concat(),
+            );
+            led_run(first, ranks).await;
+            let rest = config(
+                &out,
+                &[extra, &["run.save_every=1", "run.resume=true"]].concat(),
+            );
+            let (_, resumed, served) = led_run(rest, ranks).await;
+            outs.push(out);
+            let expected = Followed::Trained {
+                steps: 1,
+                part: Some(kind),
+            };
+            assert_eq!(
+                served,
+                [expected],
+                "{name}: the follower trained the step left"
+            );
+            let worst = max_param_diff(&alone_model, &resumed);
+            assert!(worst <= 1e-5, "{name} resumed differs by {worst}");
+        }
         let trainers = served
             .iter()
             .filter(|f| {
@@ -286,8 +313,7 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         err.contains("rollout.ranks") && err.contains("fewer than the job's 2"),
         "{err}"
     );
-    // The parts of a model are held by processes; three training ranks do not split in two;
-    // each rank holds part of the trainer's state, which no checkpoint covers yet.
+    // The parts of a model are held by processes; three training ranks do not split in two.
     let err = build(config(&out, &["model.tensor_parallel=2"]))
         .build()
         .err()
@@ -302,14 +328,6 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         (
             &["model.pipeline_parallel=2"][..],
             "a divisor of the 3 training processes",
-        ),
-        (
-            &[
-                "model.tensor_parallel=3",
-                "rollout.ranks=0",
-                "run.save_every=1",
-            ][..],
-            "checkpoint",
         ),
         (
             &["model.tensor_parallel=2", "model.pipeline_parallel=2"][..],

@@ -115,6 +115,16 @@ pub enum PartKind {
 }
 
 impl ModelParts {
+    /// This rank's part of a trainer checkpoint written by the ranks of a copy
+    /// ([`DataParallel::save_checkpoint`]): the trainer and the weight version.
+    ///
+    /// # Errors
+    /// As [`Trainer::load_checkpoint_part`].
+    pub fn load_checkpoint(&self, dir: &Path, device: &Device) -> Result<(Trainer, u64)> {
+        let part = crate::train::part_dir(dir, self.group.rank());
+        Trainer::load_checkpoint_part(part, device, |model| self.part_of(model))
+    }
+
     /// This rank's part of `model`.
     ///
     /// # Errors
@@ -402,7 +412,12 @@ impl BurnPolicy {
     ) -> Result<Self> {
         let mut version = 0;
         let trainer = options.placement.trainers(|device| {
-            let (trainer, v) = Trainer::load_checkpoint(dir.as_ref(), &device)?;
+            let (trainer, v) = match &options.placement {
+                Placement::Leader {
+                    parts: Some(parts), ..
+                } => parts.load_checkpoint(dir.as_ref(), &device)?,
+                _ => Trainer::load_checkpoint(dir.as_ref(), &device)?,
+            };
             version = v;
             Ok(trainer)
         })?;
@@ -474,7 +489,7 @@ impl BurnPolicy {
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf> {
         let version = self.inner.engine.weight_version().0;
         let trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
-        trainer.first().save_checkpoint(dir, version)
+        trainer.save_checkpoint(dir.as_ref(), version)
     }
 
     /// The blocking body of [`Train::train_step`].

@@ -108,15 +108,6 @@ impl Roles {
                     origin: None,
                 });
             }
-            if plan.run.save_every > 0 || plan.run.resume {
-                return Err(Error::invalid_data(
-                    "config",
-                    format!(
-                        "`{key}` above 1 does not checkpoint yet (each rank holds a part of \
-                         the trainer's state): set `run.save_every = 0` and `run.resume = false`"
-                    ),
-                ));
-            }
         }
         if trainers > 1 && plan.model.trainer_devices.len() != 1 {
             return Err(Error::invalid_data(
@@ -287,16 +278,21 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
         );
         return Ok(Followed::Generated(served));
     };
+    if trainers.parts.is_some() {
+        *role = "actor trainer holding a part of the model";
+    }
     let trainer = match start {
         Start::Weights(dir) => {
             let mut model = HfSource::open(&dir)?.load_model(&device)?;
             if let Some(parts) = &trainers.parts {
-                *role = "actor trainer holding a part of the model";
                 model = parts.part_of(model)?;
             }
             Trainer::new(model, plan.trainer.clone(), &device)?
         }
-        Start::Checkpoint(dir) => Trainer::load_checkpoint(&dir, &device)?.0,
+        Start::Checkpoint(dir) => match &trainers.parts {
+            Some(parts) => parts.load_checkpoint(&dir, &device)?.0,
+            None => Trainer::load_checkpoint(&dir, &device)?.0,
+        },
     };
     let all: Arc<dyn Strategy> = trainers.all.clone();
     let data = trainers

@@ -462,6 +462,11 @@ impl<M: Module> Core<M> {
         Ok((shared + f64::from(all[0])).sqrt())
     }
 
+    /// This trainer's rank in its data-parallel group (0 alone).
+    pub(crate) fn data_rank(&self) -> usize {
+        self.group.as_ref().map_or(0, Group::rank)
+    }
+
     /// Makes this trainer one replica of `strategy`'s data-parallel group.
     pub(crate) fn join(&mut self, strategy: Arc<dyn Strategy>) {
         self.group = Some(Group::new(strategy));

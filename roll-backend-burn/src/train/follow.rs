@@ -27,6 +27,12 @@ pub(crate) enum Command {
     /// The leader needs the whole model: every rank holding a part of one gathers it with the
     /// others of its part's group ([`CausalLm::gather`](crate::CausalLm::gather)).
     Gather,
+    /// Write your part of the trainer's checkpoint under `dir` (the first copy's ranks), then
+    /// meet the others (an all-reduce) so the leader knows every part is written.
+    Checkpoint {
+        dir: std::path::PathBuf,
+        weight_version: u64,
+    },
     /// The leader is done: return from [`follow`].
     Stop,
 }
@@ -101,6 +107,13 @@ pub fn follow_in<T: Replica>(
         match work {
             Work::Step(shard, objective) => reports.push(replica.step(&shard, &objective)?),
             Work::Gather => replica.gather()?,
+            Work::Checkpoint(dir, version) => {
+                let saved = replica.save_part(&dir, version);
+                announce
+                    .all_reduce(&mut [0.0], roll_core::strategy::ReduceOp::Sum)
+                    .map_err(collective)?;
+                saved?;
+            }
             Work::Stop => return Ok(reports),
         }
     }
@@ -110,6 +123,7 @@ pub fn follow_in<T: Replica>(
 enum Work {
     Step(TrainBatch, Objective),
     Gather,
+    Checkpoint(std::path::PathBuf, u64),
     Stop,
 }
 
@@ -124,6 +138,10 @@ fn my_work(bytes: &[u8], data: &dyn Strategy) -> Result<Work> {
             objective,
         } => (sequences, objective),
         Command::Gather => return Ok(Work::Gather),
+        Command::Checkpoint {
+            dir,
+            weight_version,
+        } => return Ok(Work::Checkpoint(dir, weight_version)),
         Command::Stop => return Ok(Work::Stop),
     };
     let batch = TrainBatch::new(sequences).map_err(|e| unreadable(e.to_string()))?;

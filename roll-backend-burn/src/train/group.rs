@@ -42,6 +42,11 @@ impl Group {
         Self { strategy }
     }
 
+    /// This replica's rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.strategy.rank()
+    }
+
     /// Whether there are other replicas to agree with.
     fn shared(&self) -> bool {
         self.strategy.world_size() > 1

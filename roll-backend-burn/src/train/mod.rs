@@ -69,4 +69,4 @@ pub use follow::{follow, follow_in};
 pub use lora::TrainerRng;
 pub use parallel::{DataParallel, Replica};
 pub use schedule::lr_at;
-pub use trainer::Trainer;
+pub use trainer::{Trainer, part_dir};

@@ -31,6 +31,15 @@ pub trait Replica: Send + Sized {
     fn gather(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Writes this replica's part of a checkpoint under `dir` where it holds a part of the model
+    /// (see [`Trainer::save_part`]); nothing for a whole one.
+    ///
+    /// # Errors
+    /// A file that cannot be written.
+    fn save_part(&self, _dir: &std::path::Path, _weight_version: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl Replica for Trainer {
@@ -42,6 +51,9 @@ impl Replica for Trainer {
     }
     fn gather(&self) -> Result<()> {
         self.whole_model().map(drop)
+    }
+    fn save_part(&self, dir: &std::path::Path, weight_version: u64) -> Result<()> {
+        Trainer::save_part(self, dir, weight_version)
     }
 }
 
@@ -279,6 +291,39 @@ impl DataParallel<Trainer> {
             announce(followers.as_ref(), &Command::Gather)?;
         }
         first.whole_model()
+    }
+
+    /// Writes the trainer's checkpoint under `dir`: the first replica's, or, when the replicas
+    /// are tensor- or pipeline-parallel copies, every part of the first copy, each by the rank
+    /// holding it ([`Trainer::save_part`]; the followers are told, and this returns once every
+    /// part is written).
+    ///
+    /// # Errors
+    /// As [`Trainer::save_checkpoint`], or a failed announcement.
+    pub fn save_checkpoint(
+        &self,
+        dir: &std::path::Path,
+        weight_version: u64,
+    ) -> Result<std::path::PathBuf> {
+        let first = self.first();
+        if !first.holds_part() {
+            return first.save_checkpoint(dir, weight_version);
+        }
+        if let Some(followers) = &self.followers {
+            let command = Command::Checkpoint {
+                dir: dir.to_path_buf(),
+                weight_version,
+            };
+            announce(followers.as_ref(), &command)?;
+        }
+        let saved = first.save_part(dir, weight_version);
+        if let Some(followers) = &self.followers {
+            // Every part is written when the followers reach this too.
+            followers
+                .all_reduce(&mut [0.0], roll_core::strategy::ReduceOp::Sum)
+                .map_err(super::group::collective)?;
+        }
+        saved.map(|()| dir.to_path_buf())
     }
 }
 

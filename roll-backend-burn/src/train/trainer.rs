@@ -114,32 +114,14 @@ impl Trainer {
         if model.is_expert_sharded() {
             model.require_whole("train")?;
         }
-        // Each rank holds its own part of some parameters: the group to sum their squared
-        // gradients over, and which they are. Both train on either path (on Burn's autodiff
-        // block by block or stage by stage, see `blockwise`).
-        let parts = match (model.tensor_shard(), model.pipeline_stage()) {
-            (Some(shard), _) => Some((
-                shard.group(),
-                model.sliced_params(),
-                "tensor-parallel model (CausalLm::shard_tensors)",
-            )),
-            (_, Some(stage)) => Some((
-                stage.group(),
-                model.stage_params(),
-                "pipeline stage (CausalLm::split_stages)",
-            )),
-            (None, None) => None,
-        };
-        if let (Some((_, _, what)), Some(_)) = (&parts, &config.lora) {
+        if let (Some(what), Some(_)) = (part_kind(&model), &config.lora) {
             return Err(BackendError::InvalidInput(format!(
                 "a {what} trains without LoRA (its adapters would need parts of their own)"
             )));
         }
         let rng = TrainerRng::new(config.seed);
         let mut trainer = Self::build(model, config, rng, device)?;
-        if let Some((group, own, _)) = parts {
-            trainer.core.own_parts(group, own);
-        }
+        trainer.own_parts()?;
         Ok(trainer)
     }
 
@@ -209,6 +191,47 @@ impl Trainer {
     /// [`BackendError::Train`] if an earlier step panicked half-way.
     pub fn inference_model(&self) -> Result<CausalLm> {
         Ok(self.core.module()?.valid().materialize())
+    }
+
+    /// Where the ranks of the model hold parts of it, tells the optimiser core the group to sum
+    /// the squared gradients of their own parameters over, and which those are on this rank. (A
+    /// part trains on either path: on Burn's autodiff block by block or stage by stage, see
+    /// `blockwise`.)
+    fn own_parts(&mut self) -> Result<()> {
+        let model = self.core.module()?;
+        let parts = match (model.tensor_shard(), model.pipeline_stage()) {
+            (Some(shard), _) => Some((shard.group(), model.sliced_params())),
+            (_, Some(stage)) => Some((stage.group(), model.stage_params())),
+            (None, None) => None,
+        };
+        if let Some((group, own)) = parts {
+            self.core.own_parts(group, own);
+        }
+        Ok(())
+    }
+
+    /// This rank's index among the ranks of its copy of a tensor- or pipeline-parallel model (its
+    /// slice, its stage); `None` for a whole model.
+    pub fn part_index(&self) -> Option<usize> {
+        let model = self.core.module().ok()?;
+        match (model.tensor_shard(), model.pipeline_stage()) {
+            (Some(shard), _) => Some(shard.rank()),
+            (_, Some(stage)) => Some(stage.stage()),
+            (None, None) => None,
+        }
+    }
+
+    /// Writes this rank's part of a checkpoint of a tensor- or pipeline-parallel model under
+    /// `dir` ([`part_dir`]), if it belongs to the first copy (the other copies hold the same
+    /// parts); nothing for a whole model.
+    ///
+    /// # Errors
+    /// As [`Trainer::save_checkpoint`].
+    pub fn save_part(&self, dir: &Path, weight_version: u64) -> Result<()> {
+        if let (Some(index), 0) = (self.part_index(), self.core.data_rank()) {
+            self.save_checkpoint(part_dir(dir, index), weight_version)?;
+        }
+        Ok(())
     }
 
     /// Whether this trainer's model is a part of one (tensor- or pipeline-parallel): its ranks
@@ -528,7 +551,6 @@ impl Trainer {
     /// [`BackendError::InvalidInput`] for a part of a model (tensor or pipeline parallel).
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
         let model = self.core.module()?;
-        model.require_whole("be checkpointed by one rank")?;
         let meta = CheckpointMeta::new(
             TrainedRole::Actor,
             self.core.step,
@@ -548,9 +570,24 @@ impl Trainer {
     /// [`BackendError::Checkpoint`] if `dir` holds no complete checkpoint, or one of another role
     /// or format, or a file that does not match the model.
     pub fn load_checkpoint(dir: impl AsRef<Path>, device: &Device) -> Result<(Self, u64)> {
+        Self::load_checkpoint_part(dir, device, Ok)
+    }
+
+    /// Restores a rank's part of a tensor- or pipeline-parallel trainer saved by
+    /// [`Trainer::save_checkpoint`]: the whole model of the checkpoint's config is cut by `part`
+    /// (`CausalLm::shard_tensors` or `CausalLm::split_stages` over this rank's group, as when it
+    /// was saved) before the part's weights and optimiser state are read back.
+    ///
+    /// # Errors
+    /// As [`Trainer::load_checkpoint`], and `part`'s.
+    pub fn load_checkpoint_part(
+        dir: impl AsRef<Path>,
+        device: &Device,
+        part: impl FnOnce(CausalLm) -> Result<CausalLm>,
+    ) -> Result<(Self, u64)> {
         let loaded = checkpoint::load(dir.as_ref(), TrainedRole::Actor)?;
         let plain = device.clone().inner();
-        let fresh = CausalLm::init(&loaded.meta.model_config, &plain)?;
+        let fresh = part(CausalLm::init(&loaded.meta.model_config, &plain)?)?;
         let lora = loaded.meta.config.lora.is_some();
         // The base weights (and, without LoRA, everything) come from the record; the adapters of
         // a LoRA checkpoint are applied after they are attached.
@@ -561,10 +598,25 @@ impl Trainer {
             let adapted = checkpoint::apply_record(adapted, loaded.model, false, &loaded.file)?;
             trainer.core.set_module(adapted);
         }
+        trainer.own_parts()?;
         trainer.core.load_optimizer(loaded.optimizer);
         trainer.core.step = loaded.meta.step;
         trainer.core.rng = loaded.meta.rng;
         Ok((trainer, loaded.meta.weight_version))
+    }
+}
+
+/// Where part `index` of a tensor- or pipeline-parallel trainer's checkpoint in `dir` lives.
+pub fn part_dir(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("part-{index}"))
+}
+
+/// What part of a model `model` is, in words (`None`: whole).
+fn part_kind(model: &CausalLm) -> Option<&'static str> {
+    match (model.tensor_shard(), model.pipeline_stage()) {
+        (Some(_), _) => Some("tensor-parallel model (CausalLm::shard_tensors)"),
+        (_, Some(_)) => Some("pipeline stage (CausalLm::split_stages)"),
+        (None, None) => None,
     }
 }
 
