@@ -49,7 +49,8 @@ pub(crate) fn tensor_parallel_gradients(
     for l in 0..plain.held_layers() {
         for feed_forward in [false, true] {
             inputs.push(x.clone());
-            x = x.clone() + shard.reduce(plain.block(l, feed_forward, x, &plain_at));
+            // `summed`, not the forward's own reduction: a failed collective is an error here.
+            x = x.clone() + summed(shard, plain.block(l, feed_forward, x, &plain_at))?;
         }
     }
     let mut grads = GradientsParams::new();
