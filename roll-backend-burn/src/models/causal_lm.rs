@@ -322,17 +322,20 @@ impl CausalLm {
     /// The ids of the parameters only this stage of a pipeline-parallel model holds (its
     /// layers'); empty when whole.
     pub(crate) fn stage_params(&self) -> Vec<ParamId> {
-        struct Ids(Vec<ParamId>);
-        impl burn::module::ModuleVisitor for Ids {
-            fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<D>>) {
-                self.0.push(p.id);
-            }
+        if self.pipeline_stage().is_none() {
+            return Vec::new();
         }
-        let mut ids = Ids(Vec::new());
-        if self.pipeline_stage().is_some() {
-            with_decoder!(self, m => m.model.layers.iter().for_each(|l| l.visit(&mut ids)));
-        }
-        ids.0
+        with_decoder!(self, m => m.model.layers.iter().flat_map(param_ids).collect())
+    }
+
+    /// The ids of the parameters every stage of a pipeline holds alike (embedding, final norm,
+    /// LM head): all but [`CausalLm::stage_params`].
+    pub(crate) fn shared_stage_params(&self) -> std::collections::HashSet<ParamId> {
+        let own: std::collections::HashSet<ParamId> = self.stage_params().into_iter().collect();
+        param_ids(self)
+            .into_iter()
+            .filter(|id| !own.contains(id))
+            .collect()
     }
 
     /// This rank's slice of a tensor-parallel model ([`CausalLm::shard_tensors`]); `None` when
@@ -356,13 +359,32 @@ impl CausalLm {
         }
     }
 
+    /// Where the ranks of a tensor-parallel model or a pipeline hold parts of it: their group
+    /// and this rank's index there (its slice, its stage); `None` for a whole model.
+    pub(crate) fn parts_group(&self) -> Option<(Arc<dyn Strategy>, usize)> {
+        match (self.tensor_shard(), self.pipeline_stage()) {
+            (Some(shard), _) => Some((shard.group(), shard.rank())),
+            (_, Some(stage)) => Some((stage.group(), stage.stage())),
+            (None, None) => None,
+        }
+    }
+
+    /// The ids of the parameters this rank alone holds (a slice of, or a stage's layers');
+    /// empty for a whole model.
+    pub(crate) fn own_params(&self) -> Vec<ParamId> {
+        match self.tensor_shard() {
+            Some(_) => self.sliced_params(),
+            None => self.stage_params(),
+        }
+    }
+
     /// Whether this model holds only a part of its weights (expert or tensor parallel).
     pub fn is_sharded(&self) -> bool {
         self.sharding().is_some()
     }
 
     /// What part of its weights a sharded model holds, in words; `None` when whole.
-    fn sharding(&self) -> Option<&'static str> {
+    pub(crate) fn sharding(&self) -> Option<&'static str> {
         if self.is_expert_sharded() {
             Some(
                 "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts",
@@ -399,6 +421,19 @@ impl CausalLm {
     pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
         self.logits(self.forward_hidden(batch))
     }
+}
+
+/// Every float parameter id of `module`, in visit order.
+fn param_ids<M: Module>(module: &M) -> Vec<ParamId> {
+    struct Ids(Vec<ParamId>);
+    impl burn::module::ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<D>>) {
+            self.0.push(p.id);
+        }
+    }
+    let mut ids = Ids(Vec::new());
+    module.visit(&mut ids);
+    ids.0
 }
 
 /// What every layer of a forward reads besides its input.

@@ -142,11 +142,10 @@ impl CausalLm {
     /// A parameter that cannot be read, a part that does not fit the whole model's layout, or a
     /// failed all-reduce.
     pub fn gather(&self) -> Result<CausalLm> {
-        let (group, stage_layers, rank) = match (self.tensor_shard(), self.pipeline_stage()) {
-            (Some(shard), _) => (shard.group(), None, shard.rank()),
-            (_, Some(stage)) => (stage.group(), Some(stage.layers()), stage.stage()),
-            (None, None) => return Ok(self.clone()),
+        let Some((group, rank)) = self.parts_group() else {
+            return Ok(self.clone());
         };
+        let stage_layers = self.pipeline_stage().map(|s| s.layers());
         let device = with_decoder!(self, m => m.model.embed_tokens.weight.val().device());
         let template = CausalLm::init(&self.hf_config(), &device)?;
         let mut layout = HashMap::new();

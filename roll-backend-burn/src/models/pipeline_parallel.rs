@@ -21,7 +21,7 @@
 //! [`CausalLm::gather`](crate::CausalLm::gather)).
 
 use crate::{BackendError, Result};
-use roll_core::strategy::{Messenger, ReduceOp};
+use roll_core::strategy::Messenger;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,13 +230,6 @@ impl PipelineStage {
                 Err(e) => return Err(self.failed(from, &e.to_string())),
             }
         }
-    }
-
-    /// Sums `values` over the stages in place.
-    pub(crate) fn all_reduce(&self, values: &mut [f32]) -> Result<()> {
-        self.link
-            .all_reduce(values, ReduceOp::Sum)
-            .map_err(|e| BackendError::Collective(Box::new(e)))
     }
 
     /// The pipeline's group, for the collectives of a training step.

@@ -125,24 +125,30 @@ impl TensorShard {
             .map_err(|e| BackendError::Collective(Box::new(e)))
     }
 
+    /// `partial` (a tensor on any device) summed over the group, through host memory.
+    ///
+    /// # Errors
+    /// A tensor that cannot be read, or a failed collective.
+    pub(crate) fn summed<const D: usize>(&self, partial: Tensor<D>) -> Result<Tensor<D>> {
+        let (shape, device) = (partial.shape(), partial.device());
+        let mut values = partial
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .map_err(|e| BackendError::Train(format!("cannot read a partial sum: {e:?}")))?;
+        self.all_reduce(&mut values)?;
+        Ok(Tensor::from_data(TensorData::new(values, shape), &device))
+    }
+
     /// A block's output from this rank's partial sum, on the Burn path. The forward has no error
     /// path: a failed collective (another rank failed, which MPI ends the job for) leaves NaN,
     /// which scoring refuses by name.
     pub(crate) fn reduce<const D: usize>(&self, partial: Tensor<D>) -> Tensor<D> {
         let (shape, device) = (partial.shape(), partial.device());
-        let summed = partial
-            .into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .map_err(|e| BackendError::Train(format!("cannot read a partial sum: {e:?}")))
-            .and_then(|mut v| self.all_reduce(&mut v).map(|()| v));
-        match summed {
-            Ok(v) => Tensor::from_data(TensorData::new(v, shape), &device),
-            Err(e) => {
-                tracing::error!("tensor-parallel layer: {e}");
-                Tensor::full(shape, f32::NAN, &device)
-            }
-        }
+        self.summed(partial).unwrap_or_else(|e| {
+            tracing::error!("tensor-parallel layer: {e}");
+            Tensor::full(shape, f32::NAN, &device)
+        })
     }
 
     /// This rank's part of an attention block: its query heads and their key/value heads

@@ -50,7 +50,7 @@ pub(crate) fn tensor_parallel_gradients(
         for feed_forward in [false, true] {
             inputs.push(x.clone());
             // `summed`, not the forward's own reduction: a failed collective is an error here.
-            x = x.clone() + summed(shard, plain.block(l, feed_forward, x, &plain_at))?;
+            x = x.clone() + shard.summed(plain.block(l, feed_forward, x, &plain_at))?;
         }
     }
     let mut grads = GradientsParams::new();
@@ -66,7 +66,7 @@ pub(crate) fn tensor_parallel_gradients(
         backward = (out * delta.clone().autodiff()).sum().backward();
         let mine = leaf.grad(&backward).ok_or_else(no_gradient)?;
         add(GradientsParams::from_grads(backward, model));
-        delta = delta + summed(shard, mine)?;
+        delta = delta + shard.summed(mine)?;
     }
     backward = (at.embedded * delta.autodiff()).sum().backward();
     add(GradientsParams::from_grads(backward, model));
@@ -75,18 +75,6 @@ pub(crate) fn tensor_parallel_gradients(
 
 fn no_gradient() -> BackendError {
     BackendError::Train("block-wise backward: a block's input got no gradient".into())
-}
-
-/// `partial` summed over the shard's group.
-fn summed(shard: &TensorShard, partial: Tensor<3>) -> Result<Tensor<3>> {
-    let (shape, device) = (partial.shape(), partial.device());
-    let mut values = partial
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .map_err(|e| BackendError::Train(format!("cannot read a gradient: {e:?}")))?;
-    shard.all_reduce(&mut values)?;
-    Ok(Tensor::from_data(TensorData::new(values, shape), &device))
 }
 
 /// Adds `more` into `into`, parameter by parameter (`model`'s).
@@ -312,19 +300,4 @@ fn values<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
         .convert::<f32>()
         .try_into_vec::<f32>()
         .map_err(|e| BackendError::Train(format!("cannot read a stage's stream: {e:?}")))
-}
-
-/// Every float parameter id of `model` that is not one of `own`: what a pipeline's stages all
-/// hold (embedding, final norm, LM head).
-pub(crate) fn shared_params(model: &CausalLm, own: &[ParamId]) -> HashSet<ParamId> {
-    struct Ids(Vec<ParamId>);
-    impl ModuleVisitor for Ids {
-        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-            self.0.push(p.id);
-        }
-    }
-    let mut ids = Ids(Vec::new());
-    model.visit(&mut ids);
-    let own: HashSet<ParamId> = own.iter().copied().collect();
-    ids.0.into_iter().filter(|id| !own.contains(id)).collect()
 }

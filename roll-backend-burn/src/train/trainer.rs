@@ -114,9 +114,9 @@ impl Trainer {
         if model.is_expert_sharded() {
             model.require_whole("train")?;
         }
-        if let (Some(what), Some(_)) = (part_kind(&model), &config.lora) {
+        if let (Some(what), Some(_)) = (model.sharding(), &config.lora) {
             return Err(BackendError::InvalidInput(format!(
-                "a {what} trains without LoRA (its adapters would need parts of their own)"
+                "{what}: it trains without LoRA (its adapters would need parts of their own)"
             )));
         }
         let rng = TrainerRng::new(config.seed);
@@ -199,12 +199,8 @@ impl Trainer {
     /// `blockwise`.)
     fn own_parts(&mut self) -> Result<()> {
         let model = self.core.module()?;
-        let parts = match (model.tensor_shard(), model.pipeline_stage()) {
-            (Some(shard), _) => Some((shard.group(), model.sliced_params())),
-            (_, Some(stage)) => Some((stage.group(), model.stage_params())),
-            (None, None) => None,
-        };
-        if let Some((group, own)) = parts {
+        if let Some((group, _)) = model.parts_group() {
+            let own = model.own_params();
             self.core.own_parts(group, own);
         }
         Ok(())
@@ -213,12 +209,8 @@ impl Trainer {
     /// This rank's index among the ranks of its copy of a tensor- or pipeline-parallel model (its
     /// slice, its stage); `None` for a whole model.
     pub fn part_index(&self) -> Option<usize> {
-        let model = self.core.module().ok()?;
-        match (model.tensor_shard(), model.pipeline_stage()) {
-            (Some(shard), _) => Some(shard.rank()),
-            (_, Some(stage)) => Some(stage.stage()),
-            (None, None) => None,
-        }
+        let (_, index) = self.core.module().ok()?.parts_group()?;
+        Some(index)
     }
 
     /// Writes this rank's part of a checkpoint of a tensor- or pipeline-parallel model under
@@ -237,9 +229,7 @@ impl Trainer {
     /// Whether this trainer's model is a part of one (tensor- or pipeline-parallel): its ranks
     /// then step, and gather, together.
     pub fn holds_part(&self) -> bool {
-        self.core
-            .module()
-            .is_ok_and(|m| m.tensor_shard().is_some() || m.pipeline_stage().is_some())
+        self.core.module().is_ok_and(|m| m.parts_group().is_some())
     }
 
     /// The whole current model on the plain device: [`Trainer::inference_model`], gathered from
@@ -367,40 +357,37 @@ impl Trainer {
                 &self.core.ad_device,
             )
         };
-        if let (None, Some(stage)) = (&fused, model.pipeline_stage()) {
+        if let Some(stage) = model.pipeline_stage() {
             let chunks = plan.chunks.iter().map(chunk).collect::<Result<Vec<_>>>()?;
-            let mut compute = blockwise::BurnStage {
-                model,
-                plain: model.valid(),
-                chunks: &chunks,
-                last: stage.is_last(),
-                objective: |i: usize, out: Tensor<3>| {
-                    let c = &chunks[i];
-                    let hidden = model.final_norm(out);
-                    let (l, m) = burn_objective(model, c, &objective, &plan, hidden)?;
-                    record(&mut sums, &mut loss, &m, c.trained);
-                    Ok(l)
-                },
-                grads: GradientsParams::new(),
+            let mut grads = match &fused {
+                Some(weights) => self.fused_stage_gradients(
+                    weights, stage, &chunks, &objective, &plan, &mut sums, &mut loss,
+                )?,
+                None => {
+                    let mut compute = blockwise::BurnStage {
+                        model,
+                        plain: model.valid(),
+                        chunks: &chunks,
+                        last: stage.is_last(),
+                        objective: |i: usize, out: Tensor<3>| {
+                            let c = &chunks[i];
+                            let hidden = model.final_norm(out);
+                            let (l, m) = burn_objective(model, c, &objective, &plan, hidden)?;
+                            record(&mut sums, &mut loss, &m, c.trained);
+                            Ok(l)
+                        },
+                        grads: GradientsParams::new(),
+                    };
+                    stage.run(chunks.len(), &mut compute)?;
+                    compute.grads
+                }
             };
-            stage.run(chunks.len(), &mut compute)?;
-            let blockwise::BurnStage { mut grads, .. } = compute;
-            // The embedding, final norm and head: each stage made its part of their gradients.
-            let shared = blockwise::shared_params(model, &model.stage_params());
+            // The embedding, final norm and head: each stage made its part of their gradients
+            // (and the last stage alone the loss and metrics).
+            let shared = model.shared_stage_params();
             blockwise::sum_over(stage.group().as_ref(), &mut grads, model, &shared)?;
             sums.all_reduce(stage.group().as_ref(), &mut loss)
                 .map_err(|e| BackendError::Collective(Box::new(e)))?;
-            acc.accumulate(model, grads);
-            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
-        }
-        if let Some((weights, stage)) = fused
-            .as_ref()
-            .and_then(|w| w.stage.as_ref().map(|s| (w, s)))
-        {
-            let chunks = plan.chunks.iter().map(chunk).collect::<Result<Vec<_>>>()?;
-            let grads = self.pipeline_gradients(
-                weights, stage, &chunks, &objective, &plan, &mut sums, &mut loss,
-            )?;
             acc.accumulate(model, grads);
             return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
         }
@@ -444,11 +431,10 @@ impl Trainer {
     }
 
     /// A pipeline stage's part of a batch on the fused CPU path: its micro-batches in its
-    /// one-forward-one-backward order (see [`pipeline_parallel`](crate::models::pipeline_parallel)).
-    /// The last stage runs the objective; its loss and metrics are summed over the stages (the
-    /// others add nothing), as are the gradients of the parameters every stage holds.
+    /// one-forward-one-backward order (see [`pipeline_parallel`](crate::models::pipeline_parallel)),
+    /// the last stage running the objective; this stage's gradients.
     #[allow(clippy::too_many_arguments)]
-    fn pipeline_gradients(
+    fn fused_stage_gradients(
         &self,
         weights: &fused::Weights,
         stage: &PipelineStage,
@@ -471,11 +457,7 @@ impl Trainer {
             sink: fused::GradSink::default(),
         };
         stage.run(chunks.len(), &mut compute)?;
-        let FusedStage { mut sink, .. } = compute;
-        sink.sum_shared(weights, stage)?;
-        sums.all_reduce(stage.group().as_ref(), loss)
-            .map_err(|e| BackendError::Collective(Box::new(e)))?;
-        Ok(sink.into_params(&self.core.device))
+        Ok(compute.sink.into_params(&self.core.device))
     }
 
     /// The kernels this trainer's gradients run on: [`TrainKernels::Auto`] when the fused CPU
@@ -609,15 +591,6 @@ impl Trainer {
 /// Where part `index` of a tensor- or pipeline-parallel trainer's checkpoint in `dir` lives.
 pub fn part_dir(dir: &Path, index: usize) -> PathBuf {
     dir.join(format!("part-{index}"))
-}
-
-/// What part of a model `model` is, in words (`None`: whole).
-fn part_kind(model: &CausalLm) -> Option<&'static str> {
-    match (model.tensor_shard(), model.pipeline_stage()) {
-        (Some(_), _) => Some("tensor-parallel model (CausalLm::shard_tensors)"),
-        (_, Some(_)) => Some("pipeline stage (CausalLm::split_stages)"),
-        (None, None) => None,
-    }
 }
 
 /// Validates the objective.
