@@ -8,7 +8,7 @@
 //! parts, and the run still trains as the one in one process.
 //! (`roll-mpi`'s tests run the same across processes under `mpirun`.)
 
-use roll::backend::PartKind;
+use roll::backend::{ExpertSplit, PartKind};
 use roll::core::config::ConfigLoader;
 use roll::prelude::*;
 use std::sync::Arc;
@@ -59,6 +59,11 @@ async fn led_run(
     served.sort_by_key(|(rank, _)| *rank);
     (reports, model, served.into_iter().map(|(_, f)| f).collect())
 }
+
+/// Tensor parallelism with a mixture's experts (if any) sliced.
+const SLICED: PartKind = PartKind::Tensor {
+    experts: ExpertSplit::Sliced,
+};
 
 fn trained(steps: usize) -> Vec<Followed> {
     vec![Followed::Trained { steps, part: None }]
@@ -211,12 +216,7 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
     // Two ranks holding slices of every layer; two pipeline stages; and two copies of two
     // slices each, trained data-parallel, beside a rollout rank.
     let cases: [(&str, &[&str], usize, PartKind); 3] = [
-        (
-            "parts-tensor",
-            &["model.tensor_parallel=2"],
-            2,
-            PartKind::Tensor,
-        ),
+        ("parts-tensor", &["model.tensor_parallel=2"], 2, SLICED),
         (
             "parts-pipeline",
             &["model.pipeline_parallel=2"],
@@ -227,7 +227,7 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
             "parts-tensor-data",
             &["model.tensor_parallel=2", "rollout.ranks=1"],
             5,
-            PartKind::Tensor,
+            SLICED,
         ),
     ];
     for (name, extra, ranks, kind) in cases {
@@ -286,6 +286,76 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
             ranks - 1 - usize::from(ranks == 5),
             "{name}: {served:?}"
         );
+    }
+    for dir in outs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A random Qwen3-MoE (a dense first layer, then four experts of width 32, two per token, and a
+/// shared expert) with the tiny fixture's tokenizer, written as a HF directory under `out`.
+fn moe_model_dir(out: &std::path::Path) -> std::path::PathBuf {
+    use roll::backend::{CausalLm, Device, HfConfig, SaveOptions, save_model};
+    let fixture = std::path::Path::new(common::FIXTURE);
+    let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(16);
+    c.num_experts = Some(4);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(32);
+    c.shared_expert_intermediate_size = Some(32);
+    c.mlp_only_layers = Some(vec![0]);
+    c.tie_word_embeddings = true;
+    let model = CausalLm::init(&c, &Device::flex()).expect("model");
+    let dir = out.join("moe-model");
+    save_model(&model, &dir, &SaveOptions::default()).expect("saved");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).expect("tokenizer");
+    }
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixture_of_experts_trains_tensor_parallel_with_its_experts_whole_or_sliced() {
+    // The same run of a mixture of experts in one process, and over two ranks holding half the
+    // heads each and half the experts (`model.expert_parallel = 2`) or half of every expert.
+    let base = out_dir("moe-model");
+    std::fs::create_dir_all(&base).expect("dir");
+    let dir = moe_model_dir(&base);
+    let source = format!("model.source.path={}", dir.display());
+    let alone_out = out_dir("moe-alone");
+    let mut alone = build(config(&alone_out, &[&source]))
+        .build()
+        .expect("build");
+    let alone_reports = alone.train().await.expect("train").rl;
+    let alone_model = alone.actor().model().expect("model");
+    drop(alone);
+    let mut outs = vec![base, alone_out];
+    for (name, extra, experts) in [
+        (
+            "moe-experts-whole",
+            &["model.tensor_parallel=2", "model.expert_parallel=2"][..],
+            ExpertSplit::Whole,
+        ),
+        (
+            "moe-experts-sliced",
+            &["model.tensor_parallel=2"][..],
+            ExpertSplit::Sliced,
+        ),
+    ] {
+        let out = out_dir(name);
+        let overrides = [extra, &[source.as_str()]].concat();
+        let (reports, model, served) = led_run(config(&out, &overrides), 2).await;
+        outs.push(out);
+        same_steps(
+            &alone_reports,
+            &reports,
+            &["actor/trained_tokens", "actor/sequences"],
+        );
+        let part = Some(PartKind::Tensor { experts });
+        assert_eq!(served, [Followed::Trained { steps: 2, part }], "{name}");
+        let worst = max_param_diff(&alone_model, &model);
+        assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
     }
     for dir in outs {
         let _ = std::fs::remove_dir_all(dir);

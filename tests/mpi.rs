@@ -236,7 +236,13 @@ fn tensor_parallel_step(pair: Arc<dyn Strategy>) -> anyhow::Result<[f32; 2]> {
     };
     let objective = roll::core::policy::Objective::default();
     let mut whole = Trainer::new(model.clone(), config.clone(), &device)?;
-    let mut sliced = Trainer::new(model.clone().shard_tensors(pair)?, config, &device)?;
+    let mut sliced = Trainer::new(
+        model
+            .clone()
+            .shard_tensors(pair, roll::backend::ExpertSplit::Sliced)?,
+        config,
+        &device,
+    )?;
     let mut worst = [0.0; 2];
     for (i, w) in worst.iter_mut().enumerate() {
         if i == 1 {

@@ -73,7 +73,7 @@ pub use device::device;
 pub use error::{BackendError, Result};
 pub use hf::{GenerationConfig, HfConfig, SaveDtype, SaveOptions, load_model, save_model};
 pub use models::{
-    CausalLm, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy,
+    CausalLm, ExpertSplit, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy,
     token_logprobs_from_logits,
 };
 pub use policy::{

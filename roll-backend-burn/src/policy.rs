@@ -51,7 +51,8 @@ use crate::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use crate::hf::{HfSource, SaveOptions, export_hf_dir};
 use crate::train::{CriticTrainer, DataParallel, Replica, TrainKernels, Trainer, TrainerConfig};
 use crate::{
-    BackendError, CausalLm, Result, ScoringOptions, ValueHead, device as device_for, score,
+    BackendError, CausalLm, ExpertSplit, Result, ScoringOptions, ValueHead, device as device_for,
+    score,
 };
 use async_trait::async_trait;
 use burn::module::Module;
@@ -108,8 +109,12 @@ pub struct ModelParts {
 /// How a copy of the model is divided among its ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartKind {
-    /// Tensor parallelism: each rank a slice of every layer's heads and MLP.
-    Tensor,
+    /// Tensor parallelism: each rank a slice of every layer's heads and MLP, a mixture's
+    /// experts divided as `experts` says.
+    Tensor {
+        /// How a mixture of experts' experts are divided (config `model.expert_parallel`).
+        experts: ExpertSplit,
+    },
     /// Pipeline parallelism: each rank a stage, a block of the layers.
     Pipeline,
 }
@@ -131,7 +136,7 @@ impl ModelParts {
     /// As [`CausalLm::shard_tensors`] and [`CausalLm::split_stages`].
     pub fn part_of(&self, model: CausalLm) -> Result<CausalLm> {
         match self.kind {
-            PartKind::Tensor => model.shard_tensors(self.group.clone()),
+            PartKind::Tensor { experts } => model.shard_tensors(self.group.clone(), experts),
             PartKind::Pipeline => model.split_stages(self.group.clone()),
         }
     }

@@ -122,7 +122,7 @@ fn tensor_and_pipeline_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cp
                         let part = if pipeline {
                             model.split_stages(group)
                         } else {
-                            model.shard_tensors(group)
+                            model.shard_tensors(group, roll_backend_burn::ExpertSplit::Sliced)
                         };
                         let part = part.unwrap().to_device(&device);
                         let mut trainer = Trainer::new(part, config, &device).unwrap();

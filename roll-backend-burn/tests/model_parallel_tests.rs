@@ -20,7 +20,8 @@ use roll_backend_burn::engine::cpu::CpuDecoder;
 use roll_backend_burn::engine::{Engine, EngineConfig};
 use roll_backend_burn::train::{LoraConfig, TrainKernels, TrainStepReport, Trainer, TrainerConfig};
 use roll_backend_burn::{
-    CausalLm, Device, HfConfig, PaddingSide, SaveOptions, TokenBatch, load_model, save_model,
+    CausalLm, Device, ExpertSplit, HfConfig, PaddingSide, SaveOptions, TokenBatch, load_model,
+    save_model,
 };
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::rng::SplitMix64;
@@ -229,7 +230,10 @@ fn tensor_parallel_forward_equals_the_whole_model_on_every_rank() {
         let seqs = sequences(model.vocab_size(), 7);
         let want = outputs(&model, &seqs);
         let per_rank = on_ranks(2, |group| {
-            let shard = model.clone().shard_tensors(group).unwrap();
+            let shard = model
+                .clone()
+                .shard_tensors(group, ExpertSplit::Sliced)
+                .unwrap();
             assert!(shard.tensor_shard().is_some() && model.tensor_shard().is_none());
             (outputs(&shard, &seqs), shard.num_params())
         });
@@ -440,7 +444,10 @@ fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
         );
         let ranks = on_ranks(2, |group| {
             let rank = group.rank();
-            let shard = model.clone().shard_tensors(group).unwrap();
+            let shard = model
+                .clone()
+                .shard_tensors(group, ExpertSplit::Sliced)
+                .unwrap();
             let trainer = Trainer::new(shard, config.clone(), &Device::flex()).unwrap();
             assert_eq!(trainer.kernels(), kernels);
             (rank, train(trainer, &batches))
@@ -499,7 +506,10 @@ fn model_parallel_refusals_name_the_cause() {
     let device = Device::flex();
     let errors = on_ranks(3, |group| {
         // 4 query heads over 3 ranks.
-        qwen2().shard_tensors(group).unwrap_err().to_string()
+        qwen2()
+            .shard_tensors(group, ExpertSplit::Sliced)
+            .unwrap_err()
+            .to_string()
     });
     assert!(errors[0].contains("4 query heads"), "{}", errors[0]);
     let errors = on_ranks(5, |link| {
@@ -524,7 +534,9 @@ fn model_parallel_refusals_name_the_cause() {
         let parts = [
             (
                 "tensor-parallel",
-                qwen2().shard_tensors(link.clone()).unwrap(),
+                qwen2()
+                    .shard_tensors(link.clone(), ExpertSplit::Sliced)
+                    .unwrap(),
             ),
             (
                 "pipeline stage",
@@ -556,7 +568,11 @@ fn model_parallel_refusals_name_the_cause() {
                 ),
                 (
                     "already sharded",
-                    error(part.clone().shard_tensors(link.clone()).map(drop)),
+                    error(
+                        part.clone()
+                            .shard_tensors(link.clone(), ExpertSplit::Sliced)
+                            .map(drop),
+                    ),
                 ),
                 (
                     "already sharded",
@@ -582,10 +598,6 @@ fn model_parallel_refusals_name_the_cause() {
                 error(CpuDecoder::from_model(&stage).map(drop)),
             ),
             (
-                "shard_experts",
-                error(moe().shard_tensors(link.clone()).map(drop)),
-            ),
-            (
                 "dense qwen2/qwen3",
                 error(moe().split_stages(link).map(drop)),
             ),
@@ -602,7 +614,10 @@ fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
     for (name, model) in [("qwen2", qwen2()), ("qwen3", qwen3())] {
         let want = support::params(&model);
         let tensor = on_ranks(2, |group| {
-            let part = model.clone().shard_tensors(group).unwrap();
+            let part = model
+                .clone()
+                .shard_tensors(group, ExpertSplit::Sliced)
+                .unwrap();
             support::params(&part.gather().unwrap())
         });
         let layers = model.decoder_config().num_hidden_layers;
@@ -620,4 +635,145 @@ fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
     // A whole model gathers to itself.
     let model = qwen2();
     assert!(support::params(&model.gather().unwrap()) == support::params(&model));
+}
+
+// ---- Tensor parallelism of a mixture of experts ----
+
+/// A random Qwen3-MoE with a dense first layer (MLP 96) and a sparse second one: four experts
+/// of width 32, two per token, and a gated shared expert of width 48.
+fn qwen3_moe() -> CausalLm {
+    let mut c = qwen3_moe_config();
+    c.mlp_only_layers = Some(vec![0]);
+    c.shared_expert_intermediate_size = Some(48);
+    let m = CausalLm::init(&c, &Device::flex()).unwrap();
+    let _ = support::params(&m);
+    m
+}
+
+/// Both ways a tensor-parallel group divides a mixture's experts.
+const SPLITS: [ExpertSplit; 2] = [ExpertSplit::Sliced, ExpertSplit::Whole];
+
+#[test]
+fn a_tensor_parallel_mixture_of_experts_forward_equals_the_whole_model() {
+    let model = qwen3_moe();
+    let seqs = sequences(model.vocab_size(), 5);
+    let batch = |m: &CausalLm| {
+        let tokens = TokenBatch::new(&seqs, PaddingSide::Right, 0, 97, &Device::flex()).unwrap();
+        values(m.forward(&tokens))
+    };
+    let want = batch(&model);
+    for split in SPLITS {
+        let per_rank = on_ranks(2, |group| {
+            let part = model.clone().shard_tensors(group, split).unwrap();
+            (batch(&part), part.num_params())
+        });
+        for (rank, (got, params)) in per_rank.iter().enumerate() {
+            assert!(got.iter().all(|v| v.is_finite()), "{split:?} rank {rank}");
+            let worst = max_abs_diff(&want, got);
+            assert!(worst <= 1e-5, "{split:?} rank {rank}: differs by {worst}");
+            assert!(*params < model.num_params(), "{split:?} rank {rank}");
+        }
+    }
+}
+
+/// `train_batch` for a model the CPU decoder does not run: old log-probs from Burn's scoring.
+fn moe_train_batch(model: &CausalLm, seed: u64) -> TrainBatch {
+    let seqs = sequences(model.vocab_size(), seed);
+    let scores = roll_backend_burn::score(
+        model,
+        None,
+        &score_request(&seqs),
+        &roll_backend_burn::ScoringOptions::default(),
+        &Device::flex(),
+    )
+    .unwrap();
+    let mut rng = SplitMix64::new(seed + 1);
+    let seqs = seqs
+        .iter()
+        .zip(scores)
+        .enumerate()
+        .map(|(i, (s, sc))| {
+            let r = s.len() - 2;
+            TrainSequence {
+                sample: SampleId(i as u64),
+                prompt_ids: s[..2].to_vec(),
+                response_ids: s[2..].to_vec(),
+                loss_mask: vec![true; r],
+                old_logprobs: sc.logprobs.clone(),
+                rollout_logprobs: sc.logprobs,
+                ref_logprobs: None,
+                advantages: (0..r).map(|_| rng.next_f64() as f32 * 2.0 - 0.8).collect(),
+                returns: None,
+                old_values: None,
+                weight: 1.0,
+                score: 0.0,
+            }
+        })
+        .collect();
+    TrainBatch::new(seqs).unwrap()
+}
+
+#[test]
+fn tensor_parallel_mixture_of_experts_training_equals_the_whole_trainers_steps() {
+    // Burn's autodiff path, block by block: the mixture's partial output is this rank's experts'
+    // (or expert slices') weighted sum plus its slice of the shared expert; the router's and the
+    // shared expert gate's gradients are completed over the group like the norm gains'.
+    let model = qwen3_moe();
+    let batches = [moe_train_batch(&model, 21), moe_train_batch(&model, 22)];
+    let whole = Trainer::new(model.clone(), step_config(), &Device::flex()).unwrap();
+    let want = train(whole, &batches);
+    assert!(
+        max_abs_diff_by_id(&by_id(&model, None), &want.1) > 1e-4,
+        "the steps move the weights"
+    );
+    for split in SPLITS {
+        let ranks = on_ranks(2, |group| {
+            let rank = group.rank();
+            let part = model.clone().shard_tensors(group, split).unwrap();
+            let trainer = Trainer::new(part, step_config(), &Device::flex()).unwrap();
+            assert_eq!(trainer.kernels(), TrainKernels::Autodiff);
+            (rank, train(trainer, &batches))
+        });
+        // A whole expert keeps its id and shape: `slice_of` compares it as it is.
+        assert_ranks_match(&format!("{split:?}"), &want, ranks);
+    }
+}
+
+#[test]
+fn a_tensor_parallel_mixture_of_experts_gathers_whole_and_names_what_it_refuses() {
+    let model = qwen3_moe();
+    let want = support::params(&model);
+    for split in SPLITS {
+        let got = on_ranks(2, |group| {
+            let part = model.clone().shard_tensors(group, split).unwrap();
+            support::params(&part.gather().unwrap())
+        });
+        for (rank, got) in got.iter().enumerate() {
+            assert!(got == &want, "{split:?} rank {rank}");
+        }
+    }
+    let errors = on_ranks(3, |group| {
+        // Two key/value heads over three ranks fail first: ask about the experts on a model
+        // whose heads divide.
+        let mut c = qwen3_moe_config();
+        c.num_key_value_heads = Some(3);
+        c.num_attention_heads = 3;
+        let m = CausalLm::init(&c, &Device::flex()).unwrap();
+        [
+            m.clone().shard_tensors(group.clone(), ExpertSplit::Whole),
+            m.shard_tensors(group.clone(), ExpertSplit::Sliced),
+            qwen2().shard_tensors(group, ExpertSplit::Whole),
+        ]
+        .map(|r| r.map(drop).unwrap_err().to_string())
+    });
+    let [whole, sliced, dense] = &errors[0];
+    assert!(whole.contains("4 experts (num_experts)"), "{whole}");
+    assert!(
+        sliced.contains("32 expert units (moe_intermediate_size)"),
+        "{sliced}"
+    );
+    assert!(
+        dense.contains("model.expert_parallel") && dense.contains("dense"),
+        "{dense}"
+    );
 }

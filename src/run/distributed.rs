@@ -94,7 +94,7 @@ impl Roles {
         let trainers = world_size - rollout;
         if let Some((kind, width)) = plan.model.parts {
             let key = match kind {
-                roll_backend_burn::PartKind::Tensor => "model.tensor_parallel",
+                roll_backend_burn::PartKind::Tensor { .. } => "model.tensor_parallel",
                 roll_backend_burn::PartKind::Pipeline => "model.pipeline_parallel",
             };
             if !trainers.is_multiple_of(width) {
@@ -182,7 +182,7 @@ pub(crate) struct TrainerGroups {
 pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
     if let Some((kind, width)) = plan.model.parts {
         let key = match kind {
-            roll_backend_burn::PartKind::Tensor => "model.tensor_parallel",
+            roll_backend_burn::PartKind::Tensor { .. } => "model.tensor_parallel",
             roll_backend_burn::PartKind::Pipeline => "model.pipeline_parallel",
         };
         return Err(Error::InvalidValue {

@@ -9,7 +9,7 @@ use roll_algos::AlgorithmConfig;
 use roll_algos::filter::DynamicFilter;
 use roll_backend_burn::engine::EngineConfig;
 use roll_backend_burn::train::TrainerConfig;
-use roll_backend_burn::{PartKind, ScoringOptions};
+use roll_backend_burn::{ExpertSplit, PartKind, ScoringOptions};
 use roll_core::config::{
     ComponentSpec, Config, DomainConfig, ModelSource, NewModel, Pipeline, PromptFormat,
 };
@@ -213,7 +213,15 @@ impl RunPlan {
                 plain_prompts: config.model.prompt_format == PromptFormat::Plain,
                 parts: match (config.model.tensor_parallel, config.model.pipeline_parallel) {
                     (1, 1) => None,
-                    (t, 1) => Some((PartKind::Tensor, t as usize)),
+                    (t, 1) => {
+                        // Validated: 1 (every expert sliced) or the tensor-parallel width.
+                        let experts = if config.model.expert_parallel > 1 {
+                            ExpertSplit::Whole
+                        } else {
+                            ExpertSplit::Sliced
+                        };
+                        Some((PartKind::Tensor { experts }, t as usize))
+                    }
                     (_, p) => Some((PartKind::Pipeline, p as usize)),
                 },
             },

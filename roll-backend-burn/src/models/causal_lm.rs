@@ -2,7 +2,7 @@
 
 use super::attention::causal_padding_mask;
 use super::batch::TokenBatch;
-use super::decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer};
+use super::decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer, FeedForwardBlock};
 use super::expert_parallel::ExpertShard;
 use super::mlp::Mlp;
 use super::norm::rms_norm_hf;
@@ -10,7 +10,7 @@ use super::pipeline_parallel::PipelineStage;
 use super::qwen2::Qwen2Config;
 use super::qwen3::Qwen3Config;
 use super::qwen3_moe::{FeedForward, Qwen3MoeConfig};
-use super::tensor_parallel::TensorShard;
+use super::tensor_parallel::{ExpertSplit, TensorShard};
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::module::{Module, ParamId};
@@ -158,10 +158,11 @@ impl CausalLm {
         with_decoder!(self, m => rms_norm_hf(&m.model.norm, x))
     }
 
-    /// The ids of the norm gains inside the layers (input, post-attention, QK-norms): on a
-    /// tensor-parallel rank, a block-wise backward makes each one's gradient from this rank's
-    /// heads or units only.
-    pub(crate) fn layer_norm_params(&self) -> Vec<ParamId> {
+    /// The ids of the parameters inside the layers that every tensor-parallel rank holds whole
+    /// but whose gradient a block-wise backward makes from this rank's heads, units or experts
+    /// only: the norm gains (input, post-attention, QK-norms) and a mixture's router and shared
+    /// expert gate.
+    pub(crate) fn replicated_layer_params(&self) -> Vec<ParamId> {
         with_decoder!(self, m => m
             .model
             .layers
@@ -169,9 +170,11 @@ impl CausalLm {
             .flat_map(|l| {
                 let a = &l.self_attn;
                 [Some(&l.input_layernorm), Some(&l.post_attention_layernorm), a.q_norm.as_ref(), a.k_norm.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|n| n.gamma.id)
+                    .chain(l.mlp.replicated_params())
             })
-            .flatten()
-            .map(|n| n.gamma.id)
             .collect())
     }
 
@@ -229,46 +232,53 @@ impl CausalLm {
 
     /// This rank's part of a tensor-parallel model over `group` (see
     /// [`tensor_parallel`](super::tensor_parallel)): every layer keeps its slice of the attention
-    /// heads and of the MLP; norms, embedding and LM head stay whole. Parameters keep their ids.
-    /// Every rank of `group` must shard the same model and run each forward (and training step)
-    /// together, on the same tokens.
+    /// heads and of the MLP, and a mixture of experts its experts divided as `experts` says
+    /// (a dense model has none to divide: [`ExpertSplit::Sliced`]); norms, routers, embedding
+    /// and LM head stay whole. Parameters keep their ids. Every rank of `group` must shard the
+    /// same model and run each forward (and training step) together, on the same tokens.
     ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a mixture of experts (shard its experts with
-    /// [`CausalLm::shard_experts`]), a model already sharded, or heads or MLP width that the
-    /// group's size does not divide.
-    pub fn shard_tensors(self, group: Arc<dyn Strategy>) -> Result<Self> {
+    /// [`BackendError::InvalidInput`] for a model already sharded, heads, MLP widths or an
+    /// expert count that the group's size does not divide, or [`ExpertSplit::Whole`] for a
+    /// dense model.
+    pub fn shard_tensors(self, group: Arc<dyn Strategy>, experts: ExpertSplit) -> Result<Self> {
         if let Some(kind) = self.sharding() {
             return Err(BackendError::InvalidInput(format!(
                 "{kind}: it is already sharded; shard the whole model"
             )));
         }
-        fn shard<A: Architecture<FeedForward = Mlp>>(
+        if experts == ExpertSplit::Whole && !matches!(self, Self::Qwen3Moe(_)) {
+            return Err(BackendError::InvalidInput(format!(
+                "whole experts per tensor-parallel rank (model.expert_parallel above 1) need a \
+                 mixture of experts (qwen3_moe); this {} model is dense",
+                self.hf_config().model_type
+            )));
+        }
+        fn shard<A: Architecture>(
             mut m: Decoder<A>,
             group: Arc<dyn Strategy>,
+            experts: ExpertSplit,
         ) -> Result<Decoder<A>> {
             let shard = TensorShard::new(group, m.config.decoder())?;
             m.model.layers = m
                 .model
                 .layers
                 .into_iter()
-                .map(|l| DecoderLayer {
-                    self_attn: shard.shard_attention(l.self_attn),
-                    mlp: shard.shard_mlp(l.mlp),
-                    tensor_shard: Some(shard.clone()),
-                    ..l
+                .map(|l| {
+                    Ok(DecoderLayer {
+                        self_attn: shard.shard_attention(l.self_attn),
+                        mlp: l.mlp.shard_tensors(&shard, experts)?,
+                        tensor_shard: Some(shard.clone()),
+                        ..l
+                    })
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             Ok(m)
         }
         match self {
-            Self::Qwen2(m) => Ok(Self::Qwen2(shard(m, group)?)),
-            Self::Qwen3(m) => Ok(Self::Qwen3(shard(m, group)?)),
-            Self::Qwen3Moe(_) => Err(BackendError::InvalidInput(
-                "tensor parallelism covers dense qwen2/qwen3; shard a mixture of experts with \
-                 CausalLm::shard_experts"
-                    .into(),
-            )),
+            Self::Qwen2(m) => Ok(Self::Qwen2(shard(m, group, experts)?)),
+            Self::Qwen3(m) => Ok(Self::Qwen3(shard(m, group, experts)?)),
+            Self::Qwen3Moe(m) => Ok(Self::Qwen3Moe(shard(m, group, experts)?)),
         }
     }
 
@@ -344,19 +354,37 @@ impl CausalLm {
         with_decoder!(self, m => m.tensor_shard())
     }
 
-    /// The ids of the parameters a tensor-parallel model holds a slice of (empty when whole).
+    /// The ids of the parameters a tensor-parallel rank holds its own part of — slices, and
+    /// whole experts no other rank holds (empty when whole).
     pub(crate) fn sliced_params(&self) -> Vec<ParamId> {
-        fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>) -> Vec<ParamId> {
+        with_decoder!(self, m => {
             if m.tensor_shard().is_none() {
                 return Vec::new();
             }
-            TensorShard::sliced_params(m.model.layers.iter().map(|l| (&l.self_attn, &l.mlp)))
-        }
-        match self {
-            Self::Qwen2(m) => of(m),
-            Self::Qwen3(m) => of(m),
-            Self::Qwen3Moe(_) => Vec::new(),
-        }
+            m.model
+                .layers
+                .iter()
+                .flat_map(|l| {
+                    TensorShard::sliced_attention_params(&l.self_attn)
+                        .into_iter()
+                        .chain(l.mlp.own_params())
+                })
+                .collect()
+        })
+    }
+
+    /// On a tensor-parallel rank holding whole experts ([`ExpertSplit::Whole`]): the index
+    /// among the model's experts of its first one (every mixture holds the same block).
+    pub(crate) fn first_held_expert(&self) -> Option<usize> {
+        let Self::Qwen3Moe(m) = self else {
+            return None;
+        };
+        m.model.layers.iter().find_map(|l| match &l.mlp {
+            FeedForward::Sparse(b) if m.tensor_shard().is_some() => {
+                Some(b.first_expert).filter(|_| b.experts.len() < m.config.num_experts)
+            }
+            _ => None,
+        })
     }
 
     /// Where the ranks of a tensor-parallel model or a pipeline hold parts of it: their group

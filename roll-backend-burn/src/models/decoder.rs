@@ -22,11 +22,11 @@ use super::mlp::Mlp;
 use super::norm::{rms_norm, rms_norm_hf};
 use super::pipeline_parallel::PipelineStage;
 use super::rope::Rope;
-use super::tensor_parallel::TensorShard;
+use super::tensor_parallel::{ExpertSplit, TensorShard};
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::config::Config;
-use burn::module::{Module, ModuleDisplay};
+use burn::module::{Module, ModuleDisplay, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm};
 use burn::tensor::{Bool, Device, Tensor};
 
@@ -75,6 +75,37 @@ pub trait FeedForwardBlock {
     /// kernels of its own, as the [`DeviceDecoder`](crate::engine::DeviceDecoder) does on a GPU).
     fn dense(&self) -> Option<&Mlp> {
         None
+    }
+
+    /// This rank's part of the block in a tensor-parallel model
+    /// ([`CausalLm::shard_tensors`](crate::CausalLm::shard_tensors)): what it then computes is
+    /// this rank's partial sum of the block's output, which the layer's all-reduce completes. A
+    /// mixture's experts are divided as `experts` says.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a width or an expert count the group's size does not
+    /// divide, or a block with no tensor-parallel layout (the default).
+    fn shard_tensors(self, shard: &TensorShard, experts: ExpertSplit) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (shard, experts);
+        Err(BackendError::InvalidInput(
+            "this feed-forward block has no tensor-parallel layout".into(),
+        ))
+    }
+
+    /// The ids of the parameters a tensor-parallel rank holds its own part of (a slice, or
+    /// whole experts only it holds): what the global gradient norm sums over the group.
+    fn own_params(&self) -> Vec<ParamId> {
+        Vec::new()
+    }
+
+    /// The ids of the parameters every rank of a tensor-parallel group holds alike but whose
+    /// gradient each rank makes only its part of (a router, a shared expert's gate), summed over
+    /// the group once per step on Burn's autodiff path.
+    fn replicated_params(&self) -> Vec<ParamId> {
+        Vec::new()
     }
 }
 

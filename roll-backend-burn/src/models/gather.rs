@@ -2,8 +2,9 @@
 //! evaluation or an export of a tensor- or pipeline-parallel actor needs.
 //!
 //! Every rank writes what it holds into a zeroed buffer laid out as the whole model's parameters
-//! (in [`Module::visit`] order) — a slice at its offset, a stage's layers at their indices, a
-//! parameter every rank holds alike by one rank only — and one all-reduce (a sum) over the
+//! (in [`Module::visit`] order) — a slice at its offset, a stage's layers (a block of whole
+//! experts) at their indices, a parameter every rank holds alike by one rank only — and one
+//! all-reduce (a sum) over the
 //! parts' group completes the buffer on every rank. One collective, one pass over the weights;
 //! each rank briefly holds the whole model, which is what the rank that serves it needs anyway.
 
@@ -146,6 +147,7 @@ impl CausalLm {
             return Ok(self.clone());
         };
         let stage_layers = self.pipeline_stage().map(|s| s.layers());
+        let first_expert = self.first_held_expert();
         let device = with_decoder!(self, m => m.model.embed_tokens.weight.val().device());
         let template = CausalLm::init(&self.hf_config(), &device)?;
         let mut layout = HashMap::new();
@@ -162,9 +164,18 @@ impl CausalLm {
             values,
         } in entries(self, true)?
         {
-            let (path, place) = match &stage_layers {
-                Some(layers) => stage_path(&path, layers.start),
-                None => (path, Place::Own),
+            // Where the part's parameter sits in the whole model, and whether it is this rank's
+            // own (`None`: decided by its shape).
+            let (path, own) = match (&stage_layers, first_expert) {
+                (Some(layers), _) => {
+                    let (path, place) = stage_path(&path, layers.start);
+                    (path, Some(matches!(place, Place::Own)))
+                }
+                (None, Some(first)) => match expert_path(&path, first) {
+                    Some(path) => (path, Some(true)),
+                    None => (path, None),
+                },
+                (None, None) => (path, None),
             };
             let (offset, full) = layout.get(&path).ok_or_else(|| {
                 BackendError::InvalidInput(format!("gather: `{path}` is not in the whole model"))
@@ -172,11 +183,8 @@ impl CausalLm {
             let n: usize = full.iter().product();
             let whole = &mut flat[*offset..offset + n];
             // A parameter every rank holds alike is written by the first: a tensor-parallel
-            // rank's whole parameters are every rank's.
-            let shared = match &stage_layers {
-                Some(_) => matches!(place, Place::Shared),
-                None => &shape == full,
-            };
+            // rank's whole parameters (but its own experts) are every rank's.
+            let shared = !own.unwrap_or(&shape != full);
             let mine = !shared || rank == 0;
             if &shape == full {
                 if mine {
@@ -196,6 +204,16 @@ impl CausalLm {
             .map_err(|e| BackendError::Collective(Box::new(e)))?;
         Ok(template.map(&mut Assign { flat: &flat }))
     }
+}
+
+/// A tensor-parallel rank's expert `j` (of a block starting at `first`) is the whole model's
+/// `first + j`; `None` for a path outside the experts.
+fn expert_path(path: &str, first: usize) -> Option<String> {
+    let mut parts: Vec<String> = path.split('.').map(str::to_string).collect();
+    let i = parts.iter().position(|p| p == "experts")?;
+    let j: usize = parts.get(i + 1)?.parse().ok()?;
+    parts[i + 1] = (first + j).to_string();
+    Some(parts.join("."))
 }
 
 /// A stage's parameter path in the whole model: its layer `j` is the whole model's

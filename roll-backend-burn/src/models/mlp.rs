@@ -2,7 +2,9 @@
 
 use super::decoder::FeedForwardBlock;
 use super::linear::linear_rows;
-use burn::module::Module;
+use super::tensor_parallel::{ExpertSplit, TensorShard, linear_params};
+use crate::Result;
+use burn::module::{Module, ParamId};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::silu;
 use burn::tensor::{Device, Tensor};
@@ -51,5 +53,16 @@ impl FeedForwardBlock for Mlp {
 
     fn dense(&self) -> Option<&Mlp> {
         Some(self)
+    }
+
+    fn shard_tensors(self, shard: &TensorShard, _: ExpertSplit) -> Result<Self> {
+        shard.shard_mlp(self, "MLP width (intermediate_size)")
+    }
+
+    fn own_params(&self) -> Vec<ParamId> {
+        [&self.gate_proj, &self.up_proj, &self.down_proj]
+            .into_iter()
+            .flat_map(linear_params)
+            .collect()
     }
 }

@@ -38,5 +38,5 @@ pub use qwen2::{Qwen2Config, Qwen2ForCausalLM};
 pub use qwen3::{Qwen3Config, Qwen3ForCausalLM};
 pub use qwen3_moe::{Qwen3MoeConfig, Qwen3MoeForCausalLM};
 pub use rope::Rope;
-pub use tensor_parallel::TensorShard;
+pub use tensor_parallel::{ExpertSplit, TensorShard};
 pub use value_head::ValueHead;

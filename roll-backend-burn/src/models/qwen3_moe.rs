@@ -12,10 +12,11 @@ use super::decoder::{Architecture, Decoder, DecoderConfig, FeedForwardBlock, exp
 use super::expert_parallel::ExpertShard;
 use super::mlp::Mlp;
 use super::qwen3::{qwen3_attention, qwen3_hf};
+use super::tensor_parallel::{ExpertSplit, TensorShard, linear_params};
 use crate::hf::HfConfig;
 use crate::{BackendError, Result};
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Module, ParamId};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
@@ -74,6 +75,7 @@ impl Qwen3MoeConfig {
             top_k: self.num_experts_per_tok,
             norm_topk_prob: self.norm_topk_prob,
             shard: None,
+            first_expert: 0,
         }
     }
 }
@@ -166,6 +168,10 @@ pub struct SparseMoeBlock {
     /// Expert parallelism: which experts this rank holds, and the group holding the others.
     #[module(skip)]
     pub shard: Option<ExpertShard>,
+    /// The index among the model's experts of `experts[0]`: 0, unless this is a
+    /// tensor-parallel rank holding a block of whole experts ([`ExpertSplit::Whole`]).
+    #[module(skip)]
+    pub first_expert: usize,
 }
 
 impl SparseMoeBlock {
@@ -194,9 +200,14 @@ impl SparseMoeBlock {
         // Routing is data-dependent control flow: read the (small) index matrix back to group the
         // tokens by expert. An unreadable index tensor would be a backend bug, not a user error.
         let chosen: Vec<i64> = chosen.into_data().try_into_vec_as().unwrap_or_default();
+        // A tensor-parallel rank holding whole experts runs those and leaves the other slots to
+        // the ranks holding theirs (the layer's all-reduce adds them).
         let mut tokens_of: Vec<Vec<(i32, i32)>> = vec![Vec::new(); self.experts.len()];
         for (slot, &e) in chosen.iter().enumerate() {
-            if let Some(list) = usize::try_from(e).ok().and_then(|e| tokens_of.get_mut(e)) {
+            let held = usize::try_from(e)
+                .ok()
+                .and_then(|e| e.checked_sub(self.first_expert));
+            if let Some(list) = held.and_then(|e| tokens_of.get_mut(e)) {
                 let token = (slot / self.top_k) as i32;
                 list.push((token, slot as i32));
             }
@@ -251,11 +262,70 @@ pub enum FeedForward {
     Sparse(SparseMoeBlock),
 }
 
+impl SparseMoeBlock {
+    /// This rank's part of the mixture in a tensor-parallel model: its experts divided as
+    /// `experts` says, its slice of the shared expert; router and shared gate whole.
+    fn shard_tensors(mut self, shard: &TensorShard, experts: ExpertSplit) -> Result<Self> {
+        let n = self.experts.len();
+        self.experts = match experts {
+            ExpertSplit::Sliced => self
+                .experts
+                .into_iter()
+                .map(|e| shard.shard_mlp(e, "expert units (moe_intermediate_size)"))
+                .collect::<Result<_>>()?,
+            ExpertSplit::Whole => {
+                shard.divides("experts (num_experts)", n)?;
+                let mine = shard.slice(n);
+                self.first_expert = mine.start;
+                self.experts
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(e, expert)| mine.contains(&e).then_some(expert))
+                    .collect()
+            }
+        };
+        self.shared_expert = self
+            .shared_expert
+            .map(|m| shard.shard_mlp(m, "shared expert units (shared_expert_intermediate_size)"))
+            .transpose()?;
+        Ok(self)
+    }
+}
+
 impl FeedForwardBlock for FeedForward {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         match self {
             Self::Dense(m) => m.forward(x),
             Self::Sparse(m) => m.forward(x),
+        }
+    }
+
+    fn shard_tensors(self, shard: &TensorShard, experts: ExpertSplit) -> Result<Self> {
+        Ok(match self {
+            Self::Dense(m) => Self::Dense(m.shard_tensors(shard, experts)?),
+            Self::Sparse(m) => Self::Sparse(m.shard_tensors(shard, experts)?),
+        })
+    }
+
+    fn own_params(&self) -> Vec<ParamId> {
+        match self {
+            Self::Dense(m) => m.own_params(),
+            Self::Sparse(m) => m
+                .experts
+                .iter()
+                .chain(&m.shared_expert)
+                .flat_map(FeedForwardBlock::own_params)
+                .collect(),
+        }
+    }
+
+    fn replicated_params(&self) -> Vec<ParamId> {
+        match self {
+            Self::Dense(_) => Vec::new(),
+            Self::Sparse(m) => std::iter::once(&m.gate)
+                .chain(&m.shared_expert_gate)
+                .flat_map(linear_params)
+                .collect(),
         }
     }
 

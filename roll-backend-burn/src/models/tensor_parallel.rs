@@ -1,4 +1,4 @@
-//! Tensor parallelism for dense Qwen2/Qwen3 (Megatron-LM: Shoeybi et al. 2019,
+//! Tensor parallelism for Qwen2, Qwen3 and Qwen3-MoE (Megatron-LM: Shoeybi et al. 2019,
 //! arXiv:1909.08053, §3; ROLL's Megatron `tensor_model_parallel_size`).
 //!
 //! Each rank `r` of a group of `W` holds `1/W` of every layer's attention heads and MLP width:
@@ -8,7 +8,12 @@
 //!   (units') outputs into a partial sum of the block's output,
 //!
 //! so a head (a SwiGLU unit) never straddles two ranks, and one all-reduce per block completes
-//! its output: `y = Σ_r o_r(attention_r(x))`, two all-reduces per layer. Norms, the embedding and
+//! its output: `y = Σ_r o_r(attention_r(x))`, two all-reduces per layer.
+//!
+//! A mixture of experts divides its experts as [`ExpertSplit`] says — each expert sliced like an
+//! MLP, or whole experts shared out among the ranks — and its shared expert like an MLP; its
+//! router (and the shared expert's gate) stay whole. Either way the block's output is the sum of
+//! the ranks' partial outputs, which the same all-reduce completes. Norms, the embedding and
 //! the LM head stay whole on every rank, so every rank holds the same residual stream, log-probs
 //! and loss. (A vocabulary-parallel head would save `vocab·hidden` floats per rank at the cost of
 //! an all-reduce of the softmax's maximum and sum per position; on the models this runs on the CPU
@@ -59,27 +64,32 @@ impl std::fmt::Debug for TensorShard {
 }
 
 impl TensorShard {
-    /// This rank's slice of a model of `config` over `group`.
+    /// This rank's slice of a model of `config` over `group`. (The feed-forward blocks check
+    /// their own widths as they are sliced.)
     ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] naming the size that does not divide: query heads,
-    /// key/value heads or MLP width must each be a multiple of the group's size.
+    /// [`BackendError::InvalidInput`] naming the size that does not divide: query heads and
+    /// key/value heads must each be a multiple of the group's size.
     pub(crate) fn new(group: Arc<dyn Strategy>, config: &DecoderConfig) -> Result<Self> {
-        let ranks = group.world_size();
-        let sizes = [
-            ("query heads", config.num_attention_heads),
-            ("key/value heads", config.num_key_value_heads),
-            ("MLP width (intermediate_size)", config.intermediate_size),
-        ];
-        for (what, n) in sizes {
-            if ranks == 0 || n % ranks != 0 {
-                return Err(BackendError::InvalidInput(format!(
-                    "tensor parallelism over {ranks} ranks: {n} {what} do not divide evenly \
-                     (each rank holds whole heads and an equal share)"
-                )));
-            }
+        let shard = Self { group };
+        shard.divides("query heads", config.num_attention_heads)?;
+        shard.divides("key/value heads", config.num_key_value_heads)?;
+        Ok(shard)
+    }
+
+    /// Checks that `n` (of `what`) divides evenly among the group's ranks.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] naming `n` and `what` when it does not.
+    pub(crate) fn divides(&self, what: &str, n: usize) -> Result<()> {
+        let ranks = self.ranks();
+        if ranks == 0 || n % ranks != 0 {
+            return Err(BackendError::InvalidInput(format!(
+                "tensor parallelism over {ranks} ranks: {n} {what} do not divide evenly \
+                 (each rank holds whole heads and an equal share)"
+            )));
         }
-        Ok(Self { group })
+        Ok(())
     }
 
     /// Ranks in the group.
@@ -173,13 +183,19 @@ impl TensorShard {
     }
 
     /// This rank's part of a SwiGLU MLP: its units' columns of gate and up, their rows of down.
-    pub(crate) fn shard_mlp(&self, m: Mlp) -> Mlp {
-        let units = self.slice(m.gate_proj.weight.dims()[1]);
-        Mlp {
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] when the group's size does not divide the MLP's units
+    /// (`what` names them, e.g. `MLP width (intermediate_size)`).
+    pub(crate) fn shard_mlp(&self, m: Mlp, what: &str) -> Result<Mlp> {
+        let width = m.gate_proj.weight.dims()[1];
+        self.divides(what, width)?;
+        let units = self.slice(width);
+        Ok(Mlp {
             gate_proj: columns_of(m.gate_proj, units.clone()),
             up_proj: columns_of(m.up_proj, units.clone()),
             down_proj: self.rows_of(m.down_proj, units),
-        }
+        })
     }
 
     /// A row-parallel layer's slice: input rows `rows` of its weight; its bias on rank 0 only
@@ -192,26 +208,37 @@ impl TensorShard {
         }
     }
 
-    /// The ids of the parameters `layers` hold a slice of (the rest are whole on every rank):
-    /// what the global gradient norm sums over the group rather than counts once per rank.
-    pub(crate) fn sliced_params<'a>(
-        layers: impl IntoIterator<Item = (&'a Attention, &'a Mlp)>,
-    ) -> Vec<ParamId> {
-        let mut ids = Vec::new();
-        let mut add = |l: &Linear| {
-            ids.push(l.weight.id);
-            ids.extend(l.bias.as_ref().map(|b| b.id));
-        };
-        for (a, m) in layers {
-            for l in [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj] {
-                add(l);
-            }
-            for l in [&m.gate_proj, &m.up_proj, &m.down_proj] {
-                add(l);
-            }
-        }
-        ids
+    /// The ids of the parameters of an attention block that a rank holds a slice of (its
+    /// norms are whole on every rank).
+    pub(crate) fn sliced_attention_params(a: &Attention) -> Vec<ParamId> {
+        [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+            .into_iter()
+            .flat_map(linear_params)
+            .collect()
     }
+}
+
+/// The ids of a linear layer's weight and bias.
+pub(crate) fn linear_params(l: &Linear) -> Vec<ParamId> {
+    std::iter::once(l.weight.id)
+        .chain(l.bias.as_ref().map(|b| b.id))
+        .collect()
+}
+
+/// How a tensor-parallel mixture of experts divides its experts among the group's ranks (its
+/// attention is divided by heads either way, its router stays whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExpertSplit {
+    /// Every expert divided like a dense MLP, each rank holding its share of every expert's
+    /// units (Megatron's expert tensor parallelism; config `model.expert_parallel = 1`).
+    #[default]
+    Sliced,
+    /// Each rank of `W` holds `1/W` of the experts, whole (expert parallelism over the
+    /// tensor-parallel group; config `model.expert_parallel = model.tensor_parallel`). The
+    /// group sees the same tokens, so no token travels: each rank runs its experts on the
+    /// tokens routed to them and the block's all-reduce combines the experts' weighted outputs
+    /// (Megatron's all-gather token dispatcher). Fewer and larger products than `Sliced`.
+    Whole,
 }
 
 /// A column-parallel layer's slice: output columns `columns` of its weight and bias.

@@ -10,8 +10,9 @@
 //! this rank's parameters' gradients and its part of `∂loss/∂x`, which the group sums (Megatron's
 //! `f`) and the residual adds to: `δ ← δ + Σ_r ∂(p_r·δ)/∂x`. Activation recomputation at block
 //! granularity (Chen et al. 2016, arXiv:1604.06174): one more forward of every block, in exchange
-//! for collectives in the right places. The norm gains inside the layers, which every rank holds
-//! alike, get each rank's part of their gradient: [`sum_over`] completes them once per step.
+//! for collectives in the right places. The norm gains and a mixture's router inside the layers,
+//! which every rank holds alike, get each rank's part of their gradient: [`sum_over`] completes
+//! them once per step.
 
 use super::core::Chunk;
 use crate::models::{CausalLm, LayerInputs, TensorShard};
@@ -61,10 +62,15 @@ pub(crate) fn tensor_parallel_gradients(
     let mut delta = top.grad(&backward).ok_or_else(no_gradient)?;
     add(GradientsParams::from_grads(backward, model));
     for (i, input) in inputs.into_iter().enumerate().rev() {
+        let (dims, device) = (input.dims(), input.device());
         let leaf = input.autodiff().require_grad();
         let out = model.block(i / 2, i % 2 == 1, leaf.clone(), &at);
         backward = (out * delta.clone().autodiff()).sum().backward();
-        let mine = leaf.grad(&backward).ok_or_else(no_gradient)?;
+        // A rank's part of a mixture whose experts got none of these tokens does not depend on
+        // its input: its part of the input's gradient is zero (the group still sums it).
+        let mine = leaf
+            .grad(&backward)
+            .unwrap_or_else(|| Tensor::zeros(dims, &device));
         add(GradientsParams::from_grads(backward, model));
         delta = delta + shard.summed(mine)?;
     }

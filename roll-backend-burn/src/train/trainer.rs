@@ -423,9 +423,10 @@ impl Trainer {
         }
         let mut grads = acc.grads();
         if let (None, Some(shard)) = (&fused, model.tensor_shard()) {
-            // Each rank made its heads' and units' part of the layers' norm gains' gradients.
-            let norms = model.layer_norm_params().into_iter().collect();
-            blockwise::sum_over(shard.group().as_ref(), &mut grads, model, &norms)?;
+            // Each rank made its heads', units' and experts' part of the gradients of the layers'
+            // norm gains and routers.
+            let replicated = model.replicated_layer_params().into_iter().collect();
+            blockwise::sum_over(shard.group().as_ref(), &mut grads, model, &replicated)?;
         }
         self.core.batch_gradients(grads, loss, sums, &plan)
     }

@@ -32,11 +32,20 @@ pub struct ModelConfig {
     pub data_parallel: u32,
     /// Processes of a distributed run that hold one copy of the actor between them, each a
     /// slice of every layer's attention heads and MLP (tensor parallelism, Megatron-LM's): the
-    /// training processes form `N / tensor_parallel` such copies, trained data-parallel. Dense
-    /// Qwen2/Qwen3, without LoRA; the heads, key/value heads and MLP width must divide. Default
-    /// `1`. ROLL: `tensor_model_parallel_size`.
+    /// training processes form `N / tensor_parallel` such copies, trained data-parallel.
+    /// Qwen2, Qwen3 and Qwen3-MoE, without LoRA; the heads, key/value heads and MLP widths must
+    /// divide. Default `1`. ROLL: `tensor_model_parallel_size`.
     #[serde(default = "one")]
     pub tensor_parallel: u32,
+    /// How the `tensor_parallel` processes holding a copy of a mixture of experts divide its
+    /// experts: `1` slices every expert by its units, as a dense MLP is sliced (expert tensor
+    /// parallelism); `tensor_parallel` gives each process whole experts, `1/tensor_parallel` of
+    /// them (expert parallelism within the copy: its processes see the same tokens, so each runs
+    /// its experts on the tokens routed to them and the layer's all-reduce combines the results,
+    /// as Megatron's all-gather dispatcher does). Qwen3-MoE only (a dense model refuses a value
+    /// above 1); the experts must divide. Default `1`. ROLL: `expert_model_parallel_size`.
+    #[serde(default = "one")]
+    pub expert_parallel: u32,
     /// Processes of a distributed run that hold one copy of the actor between them, each a
     /// block of its layers, micro-batches running one forward one backward through them
     /// (pipeline parallelism). Dense Qwen2/Qwen3, without LoRA; at most one stage per layer.
@@ -58,6 +67,7 @@ impl ModelConfig {
             device: DeviceSpec::default(),
             data_parallel: 1,
             tensor_parallel: 1,
+            expert_parallel: 1,
             pipeline_parallel: 1,
         }
     }
@@ -78,6 +88,14 @@ impl ModelConfig {
         model.at_least("data_parallel", self.data_parallel.into(), 1)?;
         model.at_least("tensor_parallel", self.tensor_parallel.into(), 1)?;
         model.at_least("pipeline_parallel", self.pipeline_parallel.into(), 1)?;
+        model.at_least("expert_parallel", self.expert_parallel.into(), 1)?;
+        model.require(
+            self.expert_parallel == 1 || self.expert_parallel == self.tensor_parallel,
+            "expert_parallel",
+            self.expert_parallel,
+            "1 (every expert sliced) or model.tensor_parallel (whole experts): the experts are \
+             divided among the processes of a tensor-parallel copy of the actor",
+        )?;
         model.require(
             self.tensor_parallel == 1 || self.pipeline_parallel == 1,
             "pipeline_parallel",
