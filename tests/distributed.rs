@@ -403,6 +403,10 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
             &["model.tensor_parallel=2", "model.pipeline_parallel=2"][..],
             "do not combine",
         ),
+        (
+            &["model.tensor_parallel=2", "model.expert_parallel=3"][..],
+            "1 (every expert sliced) or model.tensor_parallel (whole experts)",
+        ),
     ] {
         let err = ConfigLoader::new()
             .toml_str(tiny_rlvr_toml(&out))

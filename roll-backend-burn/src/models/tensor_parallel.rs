@@ -83,7 +83,7 @@ impl TensorShard {
     /// [`BackendError::InvalidInput`] naming `n` and `what` when it does not.
     pub(crate) fn divides(&self, what: &str, n: usize) -> Result<()> {
         let ranks = self.ranks();
-        if ranks == 0 || n % ranks != 0 {
+        if ranks == 0 || !n.is_multiple_of(ranks) {
             return Err(BackendError::InvalidInput(format!(
                 "tensor parallelism over {ranks} ranks: {n} {what} do not divide evenly \
                  (each rank holds whole heads and an equal share)"
