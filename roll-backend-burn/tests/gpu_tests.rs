@@ -2,7 +2,8 @@
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
 //! leaves the parameters where the same step on the CPU does (with one trainer, with two
 //! data-parallel replicas on the device, with two tensor-parallel ranks training block by block
-//! and with two pipeline stages on Burn's autodiff path), and the engine's device decoder
+//! — a dense model, and a mixture of experts with two whole experts per rank — and with two
+//! pipeline stages on Burn's autodiff path), and the engine's device decoder
 //! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
 //! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
@@ -15,9 +16,11 @@ use burn::module::Module;
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
 use roll_backend_burn::gpu::vulkan_device;
 use roll_backend_burn::train::{DataParallel, TrainStepReport, Trainer, TrainerConfig};
-use roll_backend_burn::{CausalLm, Device, DeviceSpec, load_model};
+use roll_backend_burn::{CausalLm, Device, DeviceSpec, ExpertSplit, load_model};
 use roll_core::policy::{Generation, GenerationRequest, Objective, SamplingParams};
+use roll_core::strategy::{LocalGroup, Messenger};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
+use std::sync::Arc;
 
 fn gpu() -> Device {
     vulkan_device(0).expect("a Vulkan adapter (lavapipe: apt-get install mesa-vulkan-drivers)")
@@ -92,53 +95,71 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
     }
 }
 
-#[test]
-fn tensor_and_pipeline_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
-    use roll_core::strategy::{LocalGroup, Messenger};
-    use std::sync::Arc;
+/// Two steps of `model` in one trainer on the CPU, and over two ranks on the GPU each holding
+/// `part_of` it: the GPU's gathered weights and norms within 1e-4 of the CPU's.
+fn parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(
+    model: CausalLm,
+    part_of: impl Fn(CausalLm, Arc<dyn Messenger>) -> CausalLm + Sync,
+) {
     let config = TrainerConfig {
         lr: 1e-3,
         eps: 1e-6,
         max_grad_norm: Some(0.01),
         ..TrainerConfig::default()
     };
-    let model = load_model(support::fixture("tiny-qwen2-sft"), &Device::flex()).unwrap();
     let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
     let cpu_reports: Vec<_> = (0..2)
         .map(|_| whole.step(&batch(), &Objective::default()).unwrap())
         .collect();
     let on_cpu = params(&whole.inference_model().unwrap());
-    // Two ranks holding slices of every layer, then two pipeline stages.
-    for pipeline in [false, true] {
-        let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); 2]).unwrap();
-        let results: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = ranks
-                .iter()
-                .map(|rank| {
-                    let (model, config) = (model.clone(), config.clone());
-                    let group: Arc<dyn Messenger> = Arc::new(rank.clone());
-                    s.spawn(move || {
-                        let device = gpu();
-                        let part = if pipeline {
-                            model.split_stages(group)
-                        } else {
-                            model.shard_tensors(group, roll_backend_burn::ExpertSplit::Sliced)
-                        };
-                        let part = part.unwrap().to_device(&device);
-                        let mut trainer = Trainer::new(part, config, &device).unwrap();
-                        let reports: Vec<_> = (0..2)
-                            .map(|_| trainer.step(&batch(), &Objective::default()).unwrap())
-                            .collect();
-                        (params(&trainer.whole_model().unwrap()), reports)
-                    })
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); 2]).unwrap();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|rank| {
+                let (model, config, part_of) = (model.clone(), config.clone(), &part_of);
+                let group: Arc<dyn Messenger> = Arc::new(rank.clone());
+                s.spawn(move || {
+                    let device = gpu();
+                    let part = part_of(model, group).to_device(&device);
+                    let mut trainer = Trainer::new(part, config, &device).unwrap();
+                    let reports: Vec<_> = (0..2)
+                        .map(|_| trainer.step(&batch(), &Objective::default()).unwrap())
+                        .collect();
+                    (params(&trainer.whole_model().unwrap()), reports)
                 })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for (on_gpu, gpu_reports) in &results {
-            assert_close(&on_cpu, &cpu_reports, on_gpu, gpu_reports);
-        }
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (on_gpu, gpu_reports) in &results {
+        assert_close(&on_cpu, &cpu_reports, on_gpu, gpu_reports);
     }
+}
+
+#[test]
+fn tensor_and_pipeline_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
+    let model = load_model(support::fixture("tiny-qwen2-sft"), &Device::flex()).unwrap();
+    // Two ranks holding slices of every layer, then two pipeline stages.
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model.clone(), |m, group| {
+        m.shard_tensors(group, ExpertSplit::Sliced).unwrap()
+    });
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, |m, link| {
+        m.split_stages(link).unwrap()
+    });
+}
+
+#[test]
+fn a_tensor_parallel_mixture_of_experts_trains_on_the_gpu_as_the_whole_model_on_the_cpu() {
+    // Each rank holds half of the attention heads and two of the four experts, whole, plus half
+    // of the shared expert (`model.expert_parallel = model.tensor_parallel`).
+    let mut config = support::qwen3_moe_config();
+    config.shared_expert_intermediate_size = Some(32);
+    let model = CausalLm::init(&config, &Device::flex()).unwrap();
+    let _ = params(&model);
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, |m, group| {
+        m.shard_tensors(group, ExpertSplit::Whole).unwrap()
+    });
 }
 
 /// Parameters and gradient norms of the GPU's steps within 1e-4 (relative) of the CPU's.
