@@ -260,38 +260,47 @@ struct Chunk<'c> {
     out: Vec<&'c mut [f32]>,
 }
 
-/// Runs a chunk with the best kernel this CPU has.
+/// Runs a chunk with the best kernel this CPU has: AVX-512, AVX2, or the portable one (the same
+/// bits from each).
 fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
     #[cfg(target_arch = "x86_64")]
-    if let Some(simd) = pulp::x86::V3::try_new() {
-        struct Op<'a, 'c> {
-            simd: pulp::x86::V3,
+    {
+        /// The loop nest over a chunk with kernel `kern`, as one call that `vectorize` compiles
+        /// with the kernel's instructions enabled.
+        struct Op<'a, 'c, K> {
+            kern: K,
             chunk: Chunk<'c>,
             a: MatRef<'a>,
             b: &'a PackedB,
             init: Init,
         }
-        impl pulp::NullaryFnOnce for Op<'_, '_> {
+        impl<K: MicroKernel> pulp::NullaryFnOnce for Op<'_, '_, K> {
             type Output = ();
             #[inline(always)]
             fn call(self) {
-                drive(
-                    kernel::Avx2(self.simd),
-                    self.chunk,
-                    self.a,
-                    self.b,
-                    self.init,
-                );
+                drive(self.kern, self.chunk, self.a, self.b, self.init);
             }
         }
-        simd.vectorize(Op {
-            simd,
-            chunk,
-            a,
-            b,
-            init,
-        });
-        return;
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            let kern = kernel::Avx512(simd);
+            return simd.vectorize(Op {
+                kern,
+                chunk,
+                a,
+                b,
+                init,
+            });
+        }
+        if let Some(simd) = pulp::x86::V3::try_new() {
+            let kern = kernel::Avx2(simd);
+            return simd.vectorize(Op {
+                kern,
+                chunk,
+                a,
+                b,
+                init,
+            });
+        }
     }
     drive(Portable, chunk, a, b, init);
 }
@@ -314,8 +323,13 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, 
             let kc = k1 - k0;
             pack_a(a, i0..i1, k0..k1, &mut packed_a);
             let load = k0 > 0 || init == Init::Accumulate;
-            for p in panels.clone() {
+            let mut p = panels.start;
+            while p < panels.end {
+                // Two whole panels side by side run as a pair (one read of the `A` panel for
+                // both); a last odd or partial panel alone.
+                let pair = p + 1 < panels.end && (p + 2) * NR <= n;
                 let b_panel = b.panel(p, k0..k1);
+                let b_next = if pair { b.panel(p + 1, k0..k1) } else { &[] };
                 let j0 = p * NR - col0;
                 let width = NR.min(n - p * NR);
                 for (q, r0) in (i0..i1).step_by(MR).enumerate() {
@@ -328,15 +342,22 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, 
                         width,
                         load,
                     };
-                    match out_rows.len() {
-                        6 => tile.run::<6, K>(kern, out_rows),
-                        5 => tile.run::<5, K>(kern, out_rows),
-                        4 => tile.run::<4, K>(kern, out_rows),
-                        3 => tile.run::<3, K>(kern, out_rows),
-                        2 => tile.run::<2, K>(kern, out_rows),
-                        _ => tile.run::<1, K>(kern, out_rows),
+                    match (pair, out_rows.len()) {
+                        (true, 6) => tile.run_pair::<6, K>(kern, b_next, out_rows),
+                        (true, 5) => tile.run_pair::<5, K>(kern, b_next, out_rows),
+                        (true, 4) => tile.run_pair::<4, K>(kern, b_next, out_rows),
+                        (true, 3) => tile.run_pair::<3, K>(kern, b_next, out_rows),
+                        (true, 2) => tile.run_pair::<2, K>(kern, b_next, out_rows),
+                        (true, _) => tile.run_pair::<1, K>(kern, b_next, out_rows),
+                        (false, 6) => tile.run::<6, K>(kern, out_rows),
+                        (false, 5) => tile.run::<5, K>(kern, out_rows),
+                        (false, 4) => tile.run::<4, K>(kern, out_rows),
+                        (false, 3) => tile.run::<3, K>(kern, out_rows),
+                        (false, 2) => tile.run::<2, K>(kern, out_rows),
+                        (false, _) => tile.run::<1, K>(kern, out_rows),
                     }
                 }
+                p += if pair { 2 } else { 1 };
             }
         }
     }
@@ -393,6 +414,43 @@ impl Tile<'_> {
             for (row, c) in acc.iter().zip(out.iter_mut()) {
                 for (x, &v) in c[cols.clone()].iter_mut().zip(row) {
                     *x = v;
+                }
+            }
+        }
+    }
+}
+
+impl Tile<'_> {
+    /// This tile and the next panel's (`b_next`, whole) side by side: `2·NR` columns from `j0`.
+    #[inline(always)]
+    fn run_pair<const R: usize, K: MicroKernel>(
+        &self,
+        kern: K,
+        b_next: &[f32],
+        out: &mut [&mut [f32]],
+    ) {
+        let j0 = self.j0;
+        let mut acc = [[[0.0f32; NR]; 2]; R];
+        if self.load {
+            for (row, c) in acc.iter_mut().zip(out.iter()) {
+                for (half, at) in row.iter_mut().zip([j0, j0 + NR]) {
+                    if let Some(c) = c
+                        .get(at..at + NR)
+                        .and_then(|c| <&[f32; NR]>::try_from(c).ok())
+                    {
+                        *half = *c;
+                    }
+                }
+            }
+        }
+        kern.tile_pair::<R>(self.a, (self.b, b_next), &mut acc);
+        for (row, c) in acc.iter().zip(out.iter_mut()) {
+            for (half, at) in row.iter().zip([j0, j0 + NR]) {
+                if let Some(c) = c
+                    .get_mut(at..at + NR)
+                    .and_then(|c| <&mut [f32; NR]>::try_from(c).ok())
+                {
+                    *c = *half;
                 }
             }
         }

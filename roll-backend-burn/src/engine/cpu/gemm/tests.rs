@@ -144,3 +144,39 @@ fn the_portable_kernel_is_the_chain() {
         }
     }
 }
+
+/// Every kernel this CPU can run — portable, AVX2, AVX-512 — computes the chain bit for bit,
+/// one tile at a time and two side by side (`tile_pair`, the AVX-512 kernel's own).
+#[test]
+fn every_kernel_of_this_cpu_is_the_chain_alone_and_in_pairs() {
+    fn check<K: MicroKernel>(name: &str, kern: K) {
+        let kc = 37;
+        let a = random(kc * MR, 21);
+        let (b0, b1) = (random(kc * NR, 22), random(kc * NR, 23));
+        let chain = |b: &[f32], r: usize, j: usize, start: f32| {
+            (0..kc).fold(start, |c, k| a[k * MR + r].mul_add(b[k * NR + j], c))
+        };
+        let mut one = [[0.25f32; NR]; 5];
+        kern.tile::<5>(&a, &b0, &mut one);
+        let mut pair = [[[0.5f32; NR], [-0.5f32; NR]]; 5];
+        kern.tile_pair::<5>(&a, (&b0, &b1), &mut pair);
+        for r in 0..5 {
+            for j in 0..NR {
+                let bits = |x: f32| x.to_bits();
+                assert_eq!(bits(one[r][j]), bits(chain(&b0, r, j, 0.25)), "{name}");
+                assert_eq!(bits(pair[r][0][j]), bits(chain(&b0, r, j, 0.5)), "{name}");
+                assert_eq!(bits(pair[r][1][j]), bits(chain(&b1, r, j, -0.5)), "{name}");
+            }
+        }
+    }
+    check("portable", Portable);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(simd) = pulp::x86::V3::try_new() {
+            check("avx2", super::kernel::Avx2(simd));
+        }
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            check("avx512", super::kernel::Avx512(simd));
+        }
+    }
+}
