@@ -22,6 +22,7 @@
 //! many rows or columns `C` has, how it is split between threads, or whether the AVX2 or the
 //! portable kernel runs. The decoder relies on this: a sequence's logits are the same bits alone
 //! or in any batch, and the trainer's forward reproduces the sampler's log-probs exactly.
+//! (Subnormal operands are read as 0 — see [`flushed`] — the same way by every kernel.)
 
 mod kernel;
 
@@ -111,14 +112,14 @@ impl PackedB {
                 for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
                     let at = kk * b.row_stride + j0;
                     for (v, &x) in step.iter_mut().zip(&b.data[at..at + width]) {
-                        *v = x;
+                        *v = flushed(x);
                     }
                 }
             } else {
                 for j in 0..width {
                     let column = (j0 + j) * b.col_stride;
                     for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
-                        step[j] = b.data[column + kk * b.row_stride];
+                        step[j] = flushed(b.data[column + kk * b.row_stride]);
                     }
                 }
             }
@@ -457,6 +458,16 @@ impl Tile<'_> {
     }
 }
 
+/// `x`, or 0 for a subnormal `x`: what packing stores. A product whose operands hold subnormals
+/// (a softmax's far tail scaled by a loss's `1/tokens`, say) otherwise runs many times slower on
+/// CPUs that handle them in microcode — Intel's take a microcode assist per such FMA (a 28M
+/// training step ran 4× slower), and the safe code this crate is written in cannot set the
+/// flush-to-zero mode. Values below `2⁻¹²⁶` carry nothing a product of f32 weights could resolve.
+#[inline(always)]
+fn flushed(x: f32) -> f32 {
+    if x.abs() < f32::MIN_POSITIVE { 0.0 } else { x }
+}
+
 /// Packs rows `rows` × steps `steps` of `a` into panels of [`MR`] rows, each `[k][MR]`.
 ///
 /// Reads `a` along its contiguous dimension: a transposed operand (unit row stride) step by
@@ -471,7 +482,7 @@ fn pack_a(a: MatRef<'_>, rows: Range<usize>, steps: Range<usize>, out: &mut [f32
             for (q, panel_rows) in column.chunks(MR).enumerate() {
                 let at = q * kc * MR + kk * MR;
                 for (v, &x) in out[at..at + MR].iter_mut().zip(panel_rows) {
-                    *v = x;
+                    *v = flushed(x);
                 }
             }
         }
@@ -481,7 +492,7 @@ fn pack_a(a: MatRef<'_>, rows: Range<usize>, steps: Range<usize>, out: &mut [f32
             for r in 0..MR.min(rows.end - r0) {
                 let row = r0 + r;
                 for (kk, k) in steps.clone().enumerate() {
-                    panel[kk * MR + r] = a.data[row * a.row_stride + k * a.col_stride];
+                    panel[kk * MR + r] = flushed(a.data[row * a.row_stride + k * a.col_stride]);
                 }
             }
         }

@@ -180,3 +180,63 @@ fn every_kernel_of_this_cpu_is_the_chain_alone_and_in_pairs() {
         }
     }
 }
+
+/// Subnormal operands are read as zero (by every kernel alike): the product is the chain over
+/// the operands with those entries zeroed, bit for bit — in `A`, in `B`, row-major or transposed.
+#[test]
+fn subnormal_operands_count_as_zero() {
+    let (m, k, n) = (7, 40, 35);
+    let tiny = f32::MIN_POSITIVE / 8.0;
+    assert!(tiny > 0.0 && tiny.is_subnormal());
+    let mut a = random(m * k, 31);
+    let mut b = random(k * n, 32);
+    // Row 0 of `A` and column 3 of `B` wholly subnormal (their products would be too, and not
+    // 0), and more scattered about.
+    for (i, x) in a
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| i % 5 == 0 || *i < k)
+    {
+        *x = if i % 2 == 0 { tiny } else { -tiny };
+    }
+    for (i, x) in b
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| i % 7 == 0 || i % n == 3)
+    {
+        *x = tiny * (1 + i % 3) as f32;
+    }
+    let zeroed = |v: &[f32]| -> Vec<f32> {
+        v.iter()
+            .map(|&x| if x.is_subnormal() { 0.0 } else { x })
+            .collect()
+    };
+    let (a0, b0) = (zeroed(&a), zeroed(&b));
+    for b_transposed in [false, true] {
+        let bt = crate::engine::cpu::matrix::transpose(&b, k, n);
+        let bm = if b_transposed {
+            MatRef::row_major(&bt, n, k).t()
+        } else {
+            MatRef::row_major(&b, k, n)
+        };
+        let mut c = vec![f32::NAN; m * n];
+        matmul(
+            &mut c,
+            MatRef::row_major(&a, m, k),
+            &PackedB::new(bm),
+            Init::Overwrite,
+        );
+        let (am0, bm0) = (MatRef::row_major(&a0, m, k), MatRef::row_major(&b0, k, n));
+        for i in 0..m {
+            for j in 0..n {
+                assert_eq!(c[i * n + j].to_bits(), chain(am0, bm0, i, j, 0.0).to_bits());
+            }
+        }
+        assert!(
+            c[..n]
+                .iter()
+                .chain(c.iter().skip(3).step_by(n))
+                .all(|&x| x == 0.0)
+        );
+    }
+}
