@@ -379,11 +379,22 @@ fn max_abs_diff_by_id(a: &Values, b: &Values) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// `n` sequences of varied lengths, advantages of both signs; old log-probs are the model's own.
+/// `n` sequences of varied lengths, advantages of both signs; old log-probs are the model's own
+/// (the CPU decoder's, or Burn's scoring for a mixture of experts, which the decoder does not run).
 fn train_batch(model: &CausalLm, seed: u64) -> TrainBatch {
     let seqs = sequences(model.vocab_size(), seed);
-    let decoder = CpuDecoder::from_model(model).unwrap();
-    let scores = decoder.score(&score_request(&seqs)).unwrap();
+    let request = score_request(&seqs);
+    let scores = match CpuDecoder::from_model(model) {
+        Ok(decoder) => decoder.score(&request).unwrap(),
+        Err(_) => roll_backend_burn::score(
+            model,
+            None,
+            &request,
+            &roll_backend_burn::ScoringOptions::default(),
+            &Device::flex(),
+        )
+        .unwrap(),
+    };
     let mut rng = SplitMix64::new(seed + 1);
     let seqs = seqs
         .iter()
@@ -676,50 +687,13 @@ fn a_tensor_parallel_mixture_of_experts_forward_equals_the_whole_model() {
     }
 }
 
-/// `train_batch` for a model the CPU decoder does not run: old log-probs from Burn's scoring.
-fn moe_train_batch(model: &CausalLm, seed: u64) -> TrainBatch {
-    let seqs = sequences(model.vocab_size(), seed);
-    let scores = roll_backend_burn::score(
-        model,
-        None,
-        &score_request(&seqs),
-        &roll_backend_burn::ScoringOptions::default(),
-        &Device::flex(),
-    )
-    .unwrap();
-    let mut rng = SplitMix64::new(seed + 1);
-    let seqs = seqs
-        .iter()
-        .zip(scores)
-        .enumerate()
-        .map(|(i, (s, sc))| {
-            let r = s.len() - 2;
-            TrainSequence {
-                sample: SampleId(i as u64),
-                prompt_ids: s[..2].to_vec(),
-                response_ids: s[2..].to_vec(),
-                loss_mask: vec![true; r],
-                old_logprobs: sc.logprobs.clone(),
-                rollout_logprobs: sc.logprobs,
-                ref_logprobs: None,
-                advantages: (0..r).map(|_| rng.next_f64() as f32 * 2.0 - 0.8).collect(),
-                returns: None,
-                old_values: None,
-                weight: 1.0,
-                score: 0.0,
-            }
-        })
-        .collect();
-    TrainBatch::new(seqs).unwrap()
-}
-
 #[test]
 fn tensor_parallel_mixture_of_experts_training_equals_the_whole_trainers_steps() {
     // Burn's autodiff path, block by block: the mixture's partial output is this rank's experts'
     // (or expert slices') weighted sum plus its slice of the shared expert; the router's and the
     // shared expert gate's gradients are completed over the group like the norm gains'.
     let model = qwen3_moe();
-    let batches = [moe_train_batch(&model, 21), moe_train_batch(&model, 22)];
+    let batches = [train_batch(&model, 21), train_batch(&model, 22)];
     let whole = Trainer::new(model.clone(), step_config(), &Device::flex()).unwrap();
     let want = train(whole, &batches);
     assert!(
