@@ -202,10 +202,13 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
             a,
             b,
             init,
+            None,
         );
         return;
     }
     let panels = n.div_ceil(NR);
+    // Split by columns, every chunk reads all of `A`: pack it once for all of them.
+    let shared_a = (m < n).then(|| PackedA::new(a));
     let chunks: Vec<Chunk<'_>> = if m >= n {
         // Rows of C, in multiples of MR.
         let per = m.div_ceil(threads * CHUNKS_PER_THREAD).max(MC).div_ceil(MR) * MR;
@@ -251,7 +254,36 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
     };
     chunks
         .into_par_iter()
-        .for_each(|chunk| run(chunk, a, b, init));
+        .for_each(|chunk| run(chunk, a, b, init, shared_a.as_ref()));
+}
+
+/// All of `A` packed as [`pack_a`] packs one block: block `(i0 / MC, k0 / KC)` at
+/// `(i0 / MC · k_blocks + k0 / KC) · MC · KC`. What chunks that each cover every row read instead
+/// of packing the same blocks again.
+struct PackedA {
+    data: Vec<f32>,
+    k_blocks: usize,
+}
+
+impl PackedA {
+    fn new(a: MatRef<'_>) -> Self {
+        let (m, k) = (a.rows, a.cols);
+        let k_blocks = k.div_ceil(KC);
+        let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * MC * KC];
+        data.par_chunks_exact_mut(MC * KC)
+            .enumerate()
+            .for_each(|(i, block)| {
+                let (i0, k0) = (i / k_blocks * MC, i % k_blocks * KC);
+                pack_a(a, i0..(i0 + MC).min(m), k0..(k0 + KC).min(k), block);
+            });
+        Self { data, k_blocks }
+    }
+
+    /// The packed block of rows from `i0` and steps from `k0`.
+    fn block(&self, i0: usize, k0: usize) -> &[f32] {
+        let at = (i0 / MC * self.k_blocks + k0 / KC) * MC * KC;
+        &self.data[at..at + MC * KC]
+    }
 }
 
 /// The part of `C` one thread computes: rows `rows` and panels `panels`, given as one slice per
@@ -264,7 +296,7 @@ struct Chunk<'c> {
 
 /// Runs a chunk with the best kernel this CPU has: AVX-512, AVX2, or the portable one (the same
 /// bits from each).
-fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
+fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init, shared_a: Option<&PackedA>) {
     #[cfg(target_arch = "x86_64")]
     {
         /// The loop nest over a chunk with kernel `kern`, as one call that `vectorize` compiles
@@ -275,12 +307,20 @@ fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
             a: MatRef<'a>,
             b: &'a PackedB,
             init: Init,
+            shared_a: Option<&'a PackedA>,
         }
         impl<K: MicroKernel> pulp::NullaryFnOnce for Op<'_, '_, K> {
             type Output = ();
             #[inline(always)]
             fn call(self) {
-                drive(self.kern, self.chunk, self.a, self.b, self.init);
+                drive(
+                    self.kern,
+                    self.chunk,
+                    self.a,
+                    self.b,
+                    self.init,
+                    self.shared_a,
+                );
             }
         }
         if let Some(simd) = pulp::x86::V4::try_new() {
@@ -291,6 +331,7 @@ fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
                 a,
                 b,
                 init,
+                shared_a,
             });
         }
         if let Some(simd) = pulp::x86::V3::try_new() {
@@ -301,15 +342,23 @@ fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
                 a,
                 b,
                 init,
+                shared_a,
             });
         }
     }
-    drive(Portable, chunk, a, b, init);
+    drive(Portable, chunk, a, b, init, shared_a);
 }
 
 /// The blocked loop nest over one chunk.
 #[inline(always)]
-fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init) {
+fn drive<K: MicroKernel>(
+    kern: K,
+    chunk: Chunk<'_>,
+    a: MatRef<'_>,
+    b: &PackedB,
+    init: Init,
+    shared_a: Option<&PackedA>,
+) {
     let Chunk {
         rows,
         panels,
@@ -317,13 +366,23 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, 
     } = chunk;
     let (k, n) = (b.k, b.n);
     let col0 = panels.start * NR;
-    let mut packed_a = vec![0.0f32; MC * KC];
+    let mut own_a = match shared_a {
+        Some(_) => Vec::new(),
+        None => vec![0.0f32; MC * KC],
+    };
     for i0 in rows.clone().step_by(MC) {
         let i1 = (i0 + MC).min(rows.end);
         for k0 in (0..k).step_by(KC) {
             let k1 = (k0 + KC).min(k);
             let kc = k1 - k0;
-            pack_a(a, i0..i1, k0..k1, &mut packed_a);
+            // A chunk covering every row starts its blocks where `PackedA`'s start.
+            let packed_a: &[f32] = match shared_a {
+                Some(shared) => shared.block(i0, k0),
+                None => {
+                    pack_a(a, i0..i1, k0..k1, &mut own_a);
+                    &own_a
+                }
+            };
             let load = k0 > 0 || init == Init::Accumulate;
             let mut p = panels.start;
             while p < panels.end {
