@@ -4,9 +4,9 @@
 //! Every rank writes what it holds into a zeroed buffer laid out as the whole model's parameters
 //! (in [`Module::visit`] order) — a slice at its offset, a stage's layers (a block of whole
 //! experts) at their indices, a parameter every rank holds alike by one rank only — and one
-//! all-reduce (a sum) over the
-//! parts' group completes the buffer on every rank. One collective, one pass over the weights;
-//! each rank briefly holds the whole model, which is what the rank that serves it needs anyway.
+//! all-reduce (a sum) over the parts' group completes the buffer on every rank. One collective,
+//! one pass over the weights; each rank briefly holds the whole model, which is what the rank
+//! that serves it needs anyway.
 
 use super::{CausalLm, with_decoder};
 use crate::{BackendError, Result};
