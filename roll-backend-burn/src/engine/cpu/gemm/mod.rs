@@ -390,7 +390,7 @@ fn drive<K: MicroKernel>(
                 // both); a last odd or partial panel alone.
                 let pair = p + 1 < panels.end && (p + 2) * NR <= n;
                 let b_panel = b.panel(p, k0..k1);
-                let b_next = if pair { b.panel(p + 1, k0..k1) } else { &[] };
+                let b_next = pair.then(|| b.panel(p + 1, k0..k1));
                 let j0 = p * NR - col0;
                 let width = NR.min(n - p * NR);
                 for (q, r0) in (i0..i1).step_by(MR).enumerate() {
@@ -399,23 +399,18 @@ fn drive<K: MicroKernel>(
                     let tile = Tile {
                         a: a_panel,
                         b: b_panel,
+                        b_next,
                         j0,
                         width,
                         load,
                     };
-                    match (pair, out_rows.len()) {
-                        (true, 6) => tile.run_pair::<6, K>(kern, b_next, out_rows),
-                        (true, 5) => tile.run_pair::<5, K>(kern, b_next, out_rows),
-                        (true, 4) => tile.run_pair::<4, K>(kern, b_next, out_rows),
-                        (true, 3) => tile.run_pair::<3, K>(kern, b_next, out_rows),
-                        (true, 2) => tile.run_pair::<2, K>(kern, b_next, out_rows),
-                        (true, _) => tile.run_pair::<1, K>(kern, b_next, out_rows),
-                        (false, 6) => tile.run::<6, K>(kern, out_rows),
-                        (false, 5) => tile.run::<5, K>(kern, out_rows),
-                        (false, 4) => tile.run::<4, K>(kern, out_rows),
-                        (false, 3) => tile.run::<3, K>(kern, out_rows),
-                        (false, 2) => tile.run::<2, K>(kern, out_rows),
-                        (false, _) => tile.run::<1, K>(kern, out_rows),
+                    match out_rows.len() {
+                        6 => tile.run::<6, K>(kern, out_rows),
+                        5 => tile.run::<5, K>(kern, out_rows),
+                        4 => tile.run::<4, K>(kern, out_rows),
+                        3 => tile.run::<3, K>(kern, out_rows),
+                        2 => tile.run::<2, K>(kern, out_rows),
+                        _ => tile.run::<1, K>(kern, out_rows),
                     }
                 }
                 p += if pair { 2 } else { 1 };
@@ -428,6 +423,8 @@ fn drive<K: MicroKernel>(
 struct Tile<'p> {
     a: &'p [f32],
     b: &'p [f32],
+    /// The next panel, whole, run side by side with this one (`2·NR` columns from `j0`).
+    b_next: Option<&'p [f32]>,
     /// First column of the tile in the chunk's row slices, and how many of its [`NR`] are real.
     j0: usize,
     width: usize,
@@ -435,83 +432,64 @@ struct Tile<'p> {
     load: bool,
 }
 
+/// The whole tile of `NR` columns of a row of `C` from column `at`, as an array (a vector load
+/// or store; `copy_from_slice` of a run-time length would call `memmove` per row and tile).
+fn whole(row: &[f32], at: usize) -> Option<&[f32; NR]> {
+    row.get(at..at + NR).and_then(|c| c.try_into().ok())
+}
+
+/// [`whole`], to write.
+fn whole_mut(row: &mut [f32], at: usize) -> Option<&mut [f32; NR]> {
+    row.get_mut(at..at + NR).and_then(|c| c.try_into().ok())
+}
+
 impl Tile<'_> {
     #[inline(always)]
     fn run<const R: usize, K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
-        // Whole tiles move as fixed-size arrays (vector loads and stores); `copy_from_slice` of a
-        // run-time length would call `memmove` twice per row and tile.
         let j0 = self.j0;
+        if let Some(b_next) = self.b_next {
+            let mut acc = [[[0.0f32; NR]; 2]; R];
+            for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
+                for (half, at) in row.iter_mut().zip([j0, j0 + NR]) {
+                    if let Some(c) = whole(c, at) {
+                        *half = *c;
+                    }
+                }
+            }
+            kern.tile_pair::<R>(self.a, (self.b, b_next), &mut acc);
+            for (row, c) in acc.iter().zip(out.iter_mut()) {
+                for (half, at) in row.iter().zip([j0, j0 + NR]) {
+                    if let Some(c) = whole_mut(c, at) {
+                        *c = *half;
+                    }
+                }
+            }
+            return;
+        }
         let mut acc = [[0.0f32; NR]; R];
         if self.width == NR {
-            if self.load {
-                for (row, c) in acc.iter_mut().zip(out.iter()) {
-                    if let Some(c) = c
-                        .get(j0..j0 + NR)
-                        .and_then(|c| <&[f32; NR]>::try_from(c).ok())
-                    {
-                        *row = *c;
-                    }
+            for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
+                if let Some(c) = whole(c, j0) {
+                    *row = *c;
                 }
             }
             kern.tile::<R>(self.a, self.b, &mut acc);
             for (row, c) in acc.iter().zip(out.iter_mut()) {
-                if let Some(c) = c
-                    .get_mut(j0..j0 + NR)
-                    .and_then(|c| <&mut [f32; NR]>::try_from(c).ok())
-                {
+                if let Some(c) = whole_mut(c, j0) {
                     *c = *row;
                 }
             }
         } else {
             let cols = j0..j0 + self.width;
-            if self.load {
-                for (row, c) in acc.iter_mut().zip(out.iter()) {
-                    for (v, &x) in row.iter_mut().zip(&c[cols.clone()]) {
-                        *v = x;
-                    }
+            for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
+                for (v, &x) in row.iter_mut().zip(&c[cols.clone()]) {
+                    *v = x;
                 }
             }
             kern.tile::<R>(self.a, self.b, &mut acc);
             for (row, c) in acc.iter().zip(out.iter_mut()) {
                 for (x, &v) in c[cols.clone()].iter_mut().zip(row) {
                     *x = v;
-                }
-            }
-        }
-    }
-}
-
-impl Tile<'_> {
-    /// This tile and the next panel's (`b_next`, whole) side by side: `2·NR` columns from `j0`.
-    #[inline(always)]
-    fn run_pair<const R: usize, K: MicroKernel>(
-        &self,
-        kern: K,
-        b_next: &[f32],
-        out: &mut [&mut [f32]],
-    ) {
-        let j0 = self.j0;
-        let mut acc = [[[0.0f32; NR]; 2]; R];
-        if self.load {
-            for (row, c) in acc.iter_mut().zip(out.iter()) {
-                for (half, at) in row.iter_mut().zip([j0, j0 + NR]) {
-                    if let Some(c) = c
-                        .get(at..at + NR)
-                        .and_then(|c| <&[f32; NR]>::try_from(c).ok())
-                    {
-                        *half = *c;
-                    }
-                }
-            }
-        }
-        kern.tile_pair::<R>(self.a, (self.b, b_next), &mut acc);
-        for (row, c) in acc.iter().zip(out.iter_mut()) {
-            for (half, at) in row.iter().zip([j0, j0 + NR]) {
-                if let Some(c) = c
-                    .get_mut(at..at + NR)
-                    .and_then(|c| <&mut [f32; NR]>::try_from(c).ok())
-                {
-                    *c = *half;
                 }
             }
         }
