@@ -34,6 +34,17 @@ async fn led_run(
     config: Config,
     ranks: usize,
 ) -> (Vec<StepReport>, roll::backend::CausalLm, Vec<Followed>) {
+    let (summary, model, served) = led_run_of(build(config.clone()), config, ranks).await;
+    (summary.rl, model, served)
+}
+
+/// [`led_run`] of the run `builder` builds from `config`: the leader's summary, final weights
+/// and what each follower did.
+async fn led_run_of(
+    builder: RunBuilder,
+    config: Config,
+    ranks: usize,
+) -> (RunSummary, roll::backend::CausalLm, Vec<Followed>) {
     let mut links = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).expect("group");
     let leader: Arc<dyn Messenger> = Arc::new(links.remove(0));
     let (served_tx, served_rx) = std::sync::mpsc::channel();
@@ -44,8 +55,8 @@ async fn led_run(
             let _ = served_tx.send((rank, follow(&follower_config, Arc::new(link))));
         });
     }
-    let mut led = build(config).lead(leader).build().expect("build");
-    let reports = led.train().await.expect("train").rl;
+    let mut led = builder.lead(leader).build().expect("build");
+    let summary = led.train().await.expect("train");
     let model = led.actor().model().expect("model");
     drop(led);
     let mut served: Vec<(usize, Followed)> = (1..ranks)
@@ -57,7 +68,7 @@ async fn led_run(
         })
         .collect();
     served.sort_by_key(|(rank, _)| *rank);
-    (reports, model, served.into_iter().map(|(_, f)| f).collect())
+    (summary, model, served.into_iter().map(|(_, f)| f).collect())
 }
 
 /// Tensor parallelism with a mixture's experts (if any) sliced.
@@ -360,6 +371,123 @@ async fn a_mixture_of_experts_trains_tensor_parallel_with_its_experts_whole_or_s
     for dir in outs {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The tiny run after an `[sft]` warm start of two steps (8 pairs in batches of 4), and `extra`
+/// overrides.
+fn sft_config(out: &std::path::Path, extra: &[&str]) -> Config {
+    let toml = format!(
+        "{}\n[sft]\nbatch_size = 4\nlearning_rate = 3e-3\nwarmup_steps = 0\n",
+        tiny_rlvr_toml(out)
+    );
+    ConfigLoader::new()
+        .toml_str(toml)
+        .overrides(["rollout.max_staleness=0", "train.learning_rate=1e-3"])
+        .overrides(extra.iter().copied())
+        .load()
+        .expect("config")
+}
+
+/// [`build`] with the SFT pairs of [`sft_config`] and two held-out ones.
+fn build_sft(config: Config) -> RunBuilder {
+    let pair = |a: u64, b: u64| SftExample::new(format!("Q: {a}+{b}=? A:"), format!(" {}", a + b));
+    build(config).sft_examples(
+        (0..8).map(|i| pair(10 + 3 * i, 20 + 7 * i)),
+        [pair(41, 17), pair(33, 25)],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_sft_fine_tunes_across_ranks_then_trains_rl_as_one_process() {
+    let alone_out = out_dir("distributed-sft-alone");
+    let mut alone = build_sft(sft_config(&alone_out, &[]))
+        .build()
+        .expect("build");
+    let alone_summary = alone.train().await.expect("train");
+    let alone_model = alone.actor().model().expect("model");
+    drop(alone);
+    let alone_sft = alone_summary.sft.clone().expect("an SFT stage");
+    assert_eq!(alone_sft.steps, 2);
+
+    // Colocated (two replicas), tensor-parallel (one copy in two slices), and colocated with a
+    // checkpoint every SFT step, stopped after the first (its later checkpoints deleted, as if
+    // the job had died there) and resumed on both ranks.
+    let tensor = PartKind::Tensor {
+        experts: ExpertSplit::Sliced,
+    };
+    let runs: [(&str, &[&str], Option<PartKind>); 3] = [
+        ("distributed-sft-led", &[], None),
+        (
+            "distributed-sft-tensor",
+            &["model.tensor_parallel=2"],
+            Some(tensor),
+        ),
+        (
+            "distributed-sft-resumed",
+            &["sft.save_every=1", "run.keep_checkpoints=10"],
+            None,
+        ),
+    ];
+    for (name, extra, part) in runs {
+        let out = out_dir(name);
+        let config = sft_config(&out, extra);
+        let (mut summary, mut model, mut served) =
+            led_run_of(build_sft(config.clone()), config, 2).await;
+        // SFT's steps and RL's, on the follower too.
+        let mut steps = 4;
+        if name.ends_with("resumed") {
+            let root = out.join("checkpoints");
+            let mut taken: Vec<String> = std::fs::read_dir(&root)
+                .expect("checkpoints")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            taken.sort();
+            assert!(taken.contains(&"sft-00000001".to_string()), "{taken:?}");
+            for later in taken.iter().filter(|t| *t != "sft-00000001") {
+                std::fs::remove_dir_all(root.join(later)).expect("rm");
+            }
+            let config = sft_config(&out, &[extra, &["run.resume=true"]].concat());
+            (summary, model, served) = led_run_of(build_sft(config.clone()), config, 2).await;
+            steps = 3;
+        }
+        assert_eq!(served, vec![Followed::Trained { steps, part }], "{name}");
+        let sft = summary.sft.clone().expect("an SFT stage");
+        assert_eq!(sft.steps, alone_sft.steps, "{name}");
+        let loss_gap = (sft.eval_loss - alone_sft.eval_loss).abs();
+        assert!(
+            loss_gap <= 1e-5 * alone_sft.eval_loss.abs().max(1.0),
+            "{name}: held-out loss after SFT {} against {} in one process",
+            sft.eval_loss,
+            alone_sft.eval_loss
+        );
+        same_steps(
+            &alone_summary.rl,
+            &summary.rl,
+            &["actor/trained_tokens", "actor/sequences"],
+        );
+        // Adam amplifies rounding where a gradient is near zero: the one-process run itself,
+        // micro-batched differently (`train.max_tokens_per_micro_batch=24`, the same sums in
+        // another order), ends 2.5e-5 from itself, after SFT and at the end. The ranks' runs
+        // measured 1.0e-5 (colocated) and 1.0e-4 (tensor-parallel), at both points; a wrong
+        // learning rate or start would differ by the learning rate, 3e-3 (and fail the held-out
+        // loss above first).
+        let exported = |dir: &std::path::Path| {
+            roll::backend::load_model(dir.join("sft_model"), &roll::backend::Device::flex())
+                .expect("the SFT export")
+        };
+        let worst = max_param_diff(&exported(&alone_out), &exported(&out));
+        assert!(
+            worst <= 5e-4,
+            "{name}: the fine-tuned weights differ from one process by {worst}"
+        );
+        let worst = max_param_diff(&alone_model, &model);
+        assert!(
+            worst <= 5e-4,
+            "{name}: the run differs from one process by {worst}"
+        );
+        let _ = std::fs::remove_dir_all(out);
+    }
+    let _ = std::fs::remove_dir_all(alone_out);
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //!    weight version;
 //!    then the same two steps with the actor's layers in three pipeline stages, one per rank
 //!    (`model.pipeline_parallel=3`, messages within a sub-group of the job), which must end on
-//!    the same weights too;
+//!    the same weights too; then two SFT steps before the two GRPO steps (`[sft]`), colocated
+//!    and disaggregated, which must end on the same weights as each other;
 //! 4. runs a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
 //!    and checks it against the whole model's forward;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
@@ -80,6 +81,8 @@ fn main() -> ExitCode {
         "rank 0: led 2 disaggregated GRPO steps, the same weights as colocated",
         "rank 0: led 2 GRPO steps over 3 pipeline stages, the same weights as colocated",
         "rank 2: generated for 2 steps, serving weight version 2",
+        "rank 1: served 4 steps",
+        "rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike",
         "rank 0: expert-parallel forward equals the whole model",
         "rank 1: expert-parallel forward equals the whole model",
         "rank 2: expert-parallel forward equals the whole model",
@@ -117,9 +120,9 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
     let rank = group.rank();
     let worst = data_parallel_equals_one_trainer(&(group.clone() as Arc<dyn Strategy>))?;
     println!("rank {rank}: data parallel over MPI equals one trainer{worst}");
-    let colocated = grpo_run_across_ranks(&group, &[])?;
-    let disaggregated = grpo_run_across_ranks(&group, &["rollout.ranks=1"])?;
-    let pipelined = grpo_run_across_ranks(&group, &["model.pipeline_parallel=3"])?;
+    let colocated = grpo_run_across_ranks(&group, &[], false)?;
+    let disaggregated = grpo_run_across_ranks(&group, &["rollout.ranks=1"], false)?;
+    let pipelined = grpo_run_across_ranks(&group, &["model.pipeline_parallel=3"], false)?;
     if let (Some(a), Some(b), Some(c)) = (colocated, disaggregated, pipelined) {
         let worst = max_diff(&flat(&a), &flat(&b));
         anyhow::ensure!(
@@ -130,6 +133,19 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         let worst = max_diff(&flat(&a), &flat(&c));
         anyhow::ensure!(worst <= 1e-5, "pipelined differs from colocated by {worst}");
         println!("rank 0: led 2 GRPO steps over 3 pipeline stages, the same weights as colocated");
+    }
+    let colocated = grpo_run_across_ranks(&group, &[], true)?;
+    let disaggregated = grpo_run_across_ranks(&group, &["rollout.ranks=1"], true)?;
+    if let (Some(a), Some(b)) = (colocated, disaggregated) {
+        // Three trainers against two: the same sums in another order, which four Adam steps
+        // amplify to ~1e-4 (tests/distributed.rs); a wrong start would differ by the learning
+        // rate.
+        let worst = max_diff(&flat(&a), &flat(&b));
+        anyhow::ensure!(
+            worst <= 5e-4,
+            "SFT then GRPO: disaggregated differs from colocated by {worst}"
+        );
+        println!("rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike");
     }
     let worst = expert_parallel_forward(&group)?;
     println!("rank {rank}: expert-parallel forward equals the whole model (max |Δ| {worst:e})");
@@ -324,14 +340,20 @@ fn data_parallel_equals_one_trainer(group: &Arc<dyn Strategy>) -> anyhow::Result
     Ok(String::new())
 }
 
-/// Two GRPO steps led by rank 0 with `extra` overrides; rank 0 returns the final weights.
+/// Two GRPO steps led by rank 0 with `extra` overrides, after two SFT steps (8 pairs in
+/// batches of 4) with `sft`; rank 0 returns the final weights.
 fn grpo_run_across_ranks(
     group: &Arc<dyn Messenger>,
     extra: &[&str],
+    sft: bool,
 ) -> anyhow::Result<Option<roll::backend::CausalLm>> {
     let out = out_dir("mpi-grpo");
+    let mut toml = tiny_rlvr_toml(&out);
+    if sft {
+        toml.push_str("\n[sft]\nbatch_size = 4\nlearning_rate = 1e-3\nwarmup_steps = 0\n");
+    }
     let config = ConfigLoader::new()
-        .toml_str(tiny_rlvr_toml(&out))
+        .toml_str(toml)
         .overrides(["rollout.max_staleness=0"])
         .overrides(extra.iter().copied())
         .load()?;
@@ -362,13 +384,17 @@ fn grpo_run_across_ranks(
         let mut run = RunBuilder::new(config)
             .reward("first_digit", first_digit)
             .prompts(prompts)
-            .lead(group.clone())
-            .build()?;
+            .lead(group.clone());
+        if sft {
+            let pair = |a: u64| SftExample::new(format!("Q: {a}+{a}=? A:"), format!(" {}", 2 * a));
+            run = run.sft_examples((20..28).map(pair), [pair(40)]);
+        }
+        let mut run = run.build()?;
         let summary = run.train().await?;
         anyhow::ensure!(run.actor().weight_version() == WeightVersion(2));
         anyhow::Ok((summary.rl.len(), run.actor().model()?))
     })?;
-    if extra.is_empty() {
+    if extra.is_empty() && !sft {
         println!("rank 0: led {steps} GRPO steps");
     }
     let _ = std::fs::remove_dir_all(&out);

@@ -78,11 +78,13 @@ async fn prometheus_answers_on_loopback_and_tensorboard_reads_back_the_logged_sc
     assert!(address.ip().is_loopback(), "{address}");
 
     // One run at a time owns the sinks: a second one says so instead of mixing numbers.
-    let second = RunBuilder::new(config(&out_dir("observability-2"), 0))
+    let second_out = out_dir("observability-2");
+    let second = RunBuilder::new(config(&second_out, 0))
         .prompts(prompts())
         .build();
     let err = second.err().expect("a second run with sinks").to_string();
     assert!(err.contains("another run"), "{err}");
+    let _ = std::fs::remove_dir_all(second_out);
 
     for step in 1..=3 {
         run.step().await.expect("step");
@@ -176,4 +178,5 @@ async fn prometheus_answers_on_loopback_and_tensorboard_reads_back_the_logged_sc
     };
     assert!(scored(0) >= 8.0, "{}", scored(0));
     assert!(scored(1) >= scored(0) + 8.0 && scored(2) >= scored(1) + 8.0);
+    let _ = std::fs::remove_dir_all(out);
 }

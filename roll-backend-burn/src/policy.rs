@@ -497,6 +497,17 @@ impl BurnPolicy {
         trainer.save_checkpoint(dir.as_ref(), version)
     }
 
+    /// Releases the ranks that follow this actor's trainer (a [`Placement::Leader`]) now, so that
+    /// another policy can lead them (see [`DataParallel::release`]): this one trains no more. A
+    /// policy that leads no other rank is unchanged.
+    ///
+    /// # Errors
+    /// A failed announcement, or a previous call that panicked holding the trainer.
+    pub fn release_followers(&self) -> Result<()> {
+        let mut trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
+        trainer.release()
+    }
+
     /// The blocking body of [`Train::train_step`].
     fn train_blocking(&self, batch: &TrainBatch, objective: &Objective) -> Result<TrainOutput> {
         let inner = &self.inner;

@@ -7,6 +7,7 @@ use super::plan::{RolloutPlan, RunPlan, SftPlan};
 use super::runner::{ActorStart, BuildRl, Evaluation, Restored, Run, SftStage, Stage};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::remote::Disaggregated;
+use roll_backend_burn::train::TrainerConfig;
 use roll_backend_burn::{
     BurnPolicy, BurnReference, CausalLm, ChatTemplate, HfTokenizer, Placement, PolicyOptions,
 };
@@ -127,7 +128,8 @@ impl RunBuilder {
     /// ([`Disaggregated`]). `group` is typically `roll_mpi`'s strategy under
     /// `mpirun` or `srun`.
     ///
-    /// [`RunBuilder::build`] then refuses `[sft]`, and `model.data_parallel` above 1 where
+    /// With `[sft]` the training ranks fine-tune together first (data-parallel, and holding
+    /// parts of the actor as its RL stage would), then start RL from the export. [`RunBuilder::build`] then refuses `model.data_parallel` above 1 where
     /// several processes train.
     #[must_use]
     pub fn lead(mut self, group: Arc<dyn Messenger>) -> Self {
@@ -221,18 +223,33 @@ impl RunBuilder {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
         }
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
+        let sft = self.sft_data(&plan)?;
         let local = Placement::Devices(plan.model.trainer_devices.clone());
+        // The training ranks that follow this one, told where the RL stage starts when SFT ends.
+        let mut followers = None;
         let (placement, rollout) = match (&self.group, roles) {
             (Some(group), Some(roles)) => {
-                let start = match &found {
-                    None => distributed::Start::Weights(plan.model.dir.clone()),
-                    Some((dir, _)) => distributed::Start::Checkpoint(dir.join(ACTOR)),
+                let actor = match (&found, &sft) {
+                    (Some((dir, _)), _) => distributed::StartFrom::Checkpoint(dir.join(ACTOR)),
+                    (None, Some((sft, data))) => distributed::StartFrom::Weights {
+                        dir: plan.model.dir.clone(),
+                        trainer: Box::new(sft_trainer(sft, data.train.len())?),
+                    },
+                    (None, None) => distributed::StartFrom::Weights {
+                        dir: plan.model.dir.clone(),
+                        trainer: Box::new(plan.trainer.clone()),
+                    },
                 };
-                distributed::announce(group.as_ref(), &start)?;
+                let in_sft = match &found {
+                    Some((_, state)) => matches!(state.stage, StageState::Sft { .. }),
+                    None => sft.is_some(),
+                };
+                distributed::announce(group.as_ref(), &distributed::Start { actor, sft: in_sft })?;
                 let trainers = roles.trainer_groups(group, &plan)?.ok_or_else(|| {
                     Error::invalid_data("run", "rank 0 is not among the training ranks")
                 })?;
                 let placement = if trainers.all.world_size() > 1 {
+                    followers = Some(trainers.all.clone());
                     Placement::Leader {
                         device: plan.model.device,
                         group: trainers.all,
@@ -258,7 +275,6 @@ impl RunBuilder {
         };
         let (rl, eval_reward) =
             self.rl_stage(&plan, tokenizer.clone(), options.clone(), &source, rollout)?;
-        let sft = self.sft_data(&plan)?;
         let eval = self.evaluation(&plan, eval_reward)?;
         let (stage, restored) = match found {
             None => {
@@ -272,6 +288,7 @@ impl RunBuilder {
                             SftProgress::default(),
                             &tokenizer,
                             &options,
+                            followers,
                         )?,
                         build_rl: Some(rl),
                     },
@@ -289,7 +306,8 @@ impl RunBuilder {
                 let actor = ActorStart::Checkpoint(dir.join(ACTOR));
                 let stage = match (state.stage, sft) {
                     (StageState::Sft { position, progress }, Some((sft, data))) => {
-                        let mut sft = sft_stage(sft, data, actor, progress, &tokenizer, &options)?;
+                        let mut sft =
+                            sft_stage(sft, data, actor, progress, &tokenizer, &options, followers)?;
                         sft.pipeline.resume_at(position)?;
                         Stage::Sft {
                             sft,
@@ -563,11 +581,11 @@ struct SftData {
 }
 
 /// The SFT stage: its actor (new from weights, with the learning-rate schedule sized to the
-/// dataset, or resumed from a checkpoint) and its pipeline.
+/// dataset, or resumed from a checkpoint) and its pipeline; `followers` are the training ranks
+/// of a run across processes that this one leads (see [`SftStage::followers`]).
 ///
 /// # Errors
-/// `sft.warmup_steps` not shorter than a decaying schedule's stage, or as [`BurnPolicy::new`],
-/// [`BurnPolicy::resume`] and [`SftPipeline::new`].
+/// As [`sft_trainer`], [`BurnPolicy::new`], [`BurnPolicy::resume`] and [`SftPipeline::new`].
 fn sft_stage(
     plan: &SftPlan,
     data: SftData,
@@ -575,30 +593,15 @@ fn sft_stage(
     progress: SftProgress,
     tokenizer: &Arc<dyn Tokenizer>,
     options: &PolicyOptions,
+    followers: Option<Arc<dyn Messenger>>,
 ) -> Result<Box<SftStage>> {
     let policy = Arc::new(match start {
-        ActorStart::Weights(model) => {
-            let mut trainer = plan.trainer.clone();
-            let steps = data.train.len().div_ceil(plan.pipeline.batch_size) as u64
-                * u64::from(plan.pipeline.epochs);
-            let decays = !matches!(trainer.schedule, LrSchedule::Constant {});
-            if decays && trainer.warmup_steps >= steps {
-                return Err(Error::InvalidValue {
-                    key: "sft.warmup_steps".into(),
-                    value: trainer.warmup_steps.to_string(),
-                    allowed: format!(
-                        "fewer than the SFT stage's {steps} steps ({} examples, batches of {}, \
-                         {} epochs): the schedule decays after the warm-up",
-                        data.train.len(),
-                        plan.pipeline.batch_size,
-                        plan.pipeline.epochs
-                    ),
-                    origin: None,
-                });
-            }
-            trainer.total_steps = Some(steps);
-            BurnPolicy::new(*model, tokenizer.clone(), trainer, options.clone())?
-        }
+        ActorStart::Weights(model) => BurnPolicy::new(
+            *model,
+            tokenizer.clone(),
+            sft_trainer(plan, data.train.len())?,
+            options.clone(),
+        )?,
         ActorStart::Checkpoint(dir) => BurnPolicy::resume(dir, tokenizer.clone(), options.clone())?,
     });
     let pipeline = SftPipeline::new(
@@ -611,10 +614,37 @@ fn sft_stage(
     Ok(Box::new(SftStage {
         pipeline,
         policy,
+        followers,
         eval_every: plan.eval_every,
         save_every: plan.save_every,
         progress,
     }))
+}
+
+/// The SFT stage's trainer for `examples` training pairs: `sft.*`'s, its learning-rate schedule
+/// sized to the stage's steps.
+///
+/// # Errors
+/// `sft.warmup_steps` not shorter than a decaying schedule's stage.
+fn sft_trainer(plan: &SftPlan, examples: usize) -> Result<TrainerConfig> {
+    let mut trainer = plan.trainer.clone();
+    let steps =
+        examples.div_ceil(plan.pipeline.batch_size) as u64 * u64::from(plan.pipeline.epochs);
+    let decays = !matches!(trainer.schedule, LrSchedule::Constant {});
+    if decays && trainer.warmup_steps >= steps {
+        return Err(Error::InvalidValue {
+            key: "sft.warmup_steps".into(),
+            value: trainer.warmup_steps.to_string(),
+            allowed: format!(
+                "fewer than the SFT stage's {steps} steps ({examples} examples, batches of {}, \
+                 {} epochs): the schedule decays after the warm-up",
+                plan.pipeline.batch_size, plan.pipeline.epochs
+            ),
+            origin: None,
+        });
+    }
+    trainer.total_steps = Some(steps);
+    Ok(trainer)
 }
 
 /// Options of a component registered from code: none (an empty table).

@@ -17,12 +17,15 @@
 //! to sync the rollout ranks — its copy gathers it ([`roll_backend_burn::CausalLm::gather`]).
 //!
 //! Before anything trains, the leader tells every rank where the actor starts — the model
-//! directory, or the checkpoint it resumes — so the others build the same model from the same
-//! files (a shared file system, as on a cluster). From then on they only serve the leader.
+//! directory and the trainer's config, or the checkpoint it resumes — so the others build the
+//! same model from the same files (a shared file system, as on a cluster). From then on they
+//! only serve the leader. A run with `[sft]` has two stages, each with its own trainers: when
+//! the SFT stage ends the leader releases the training ranks, and tells them that the RL stage
+//! starts from the fine-tuned export (`sft_model/`).
 
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::remote::{RolloutServer, Served};
-use roll_backend_burn::train::Trainer;
+use roll_backend_burn::train::{Trainer, TrainerConfig};
 use roll_backend_burn::{ChatTemplate, HfTokenizer, ModelParts};
 use roll_core::config::Config;
 use roll_core::strategy::{Messenger, Strategy};
@@ -33,20 +36,44 @@ use std::sync::Arc;
 
 use super::RunPlan;
 
-/// Where the actor starts.
+/// Where a stage's actor starts, as rank 0 tells the others.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) enum Start {
-    /// A fresh trainer on the weights of this HF directory.
-    Weights(PathBuf),
+pub(crate) struct Start {
+    /// The actor's weights and trainer.
+    pub actor: StartFrom,
+    /// The stage is the SFT warm start: when it ends, rank 0 releases the training ranks and
+    /// announces where the RL stage starts (to them alone).
+    pub sft: bool,
+}
+
+/// Where an actor's weights and trainer come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum StartFrom {
+    /// A fresh trainer with this config (the SFT stage's learning-rate schedule is sized to the
+    /// leader's dataset) on the weights of this HF directory.
+    Weights {
+        /// The HF directory.
+        dir: PathBuf,
+        /// The trainer's config.
+        trainer: Box<TrainerConfig>,
+    },
     /// The trainer checkpoint in this directory.
     Checkpoint(PathBuf),
 }
 
-/// Tells the followers where the actor starts (rank 0).
+/// Tells the followers in `group` where the actor starts (rank 0).
 pub(crate) fn announce(group: &dyn Strategy, start: &Start) -> Result<()> {
     let mut bytes =
         serde_json::to_vec(start).map_err(|e| Error::invalid_data("run start", e.to_string()))?;
     group.broadcast(&mut bytes, 0)
+}
+
+/// Where rank 0 says the actor starts: `what` names the announcement in an error.
+fn receive(group: &dyn Strategy, what: &str) -> Result<Start> {
+    let mut bytes = Vec::new();
+    group.broadcast(&mut bytes, 0)?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid_data("a start from rank 0", format!("{what}: {e}")))
 }
 
 /// What each rank of a run across processes does.
@@ -68,17 +95,9 @@ impl Roles {
     /// alike.
     ///
     /// # Errors
-    /// `[sft]`; `rollout.ranks` that leaves no rank to train; `model.data_parallel` above 1
-    /// where several processes train (the processes are the replicas).
+    /// `rollout.ranks` that leaves no rank to train; `model.data_parallel` above 1 where several
+    /// processes train (the processes are the replicas).
     pub(crate) fn of(plan: &RunPlan, world_size: usize) -> Result<Self> {
-        if plan.sft.is_some() {
-            return Err(Error::invalid_data(
-                "config",
-                "a run across processes does not take `[sft]` yet: warm-start in a \
-                 single-process run and start the distributed run from its export \
-                 (`model.source.path`)",
-            ));
-        }
         let rollout = plan.rollout_ranks;
         if rollout >= world_size {
             return Err(Error::InvalidValue {
@@ -213,7 +232,7 @@ pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
 pub enum Followed {
     /// A trainer replica: the steps it trained.
     Trained {
-        /// Steps served.
+        /// Steps served, SFT's and RL's.
         steps: usize,
         /// The part of the actor it held (`model.tensor_parallel`, `model.pipeline_parallel`);
         /// `None`: all of it.
@@ -252,10 +271,7 @@ pub fn follow(config: &Config, group: Arc<dyn Messenger>) -> Result<Followed> {
 fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result<Followed> {
     let plan = RunPlan::from_config(config)?;
     let roles = Roles::of(&plan, group.world_size())?;
-    let mut bytes = Vec::new();
-    group.broadcast(&mut bytes, 0)?;
-    let start: Start = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::invalid_data("run start from rank 0", e.to_string()))?;
+    let mut start = receive(group.as_ref(), "the run's start")?;
     let device = roll_backend_burn::device(plan.model.device)?;
     let trainers = roles.trainer_groups(group, &plan)?;
     let Some(trainers) = trainers else {
@@ -281,33 +297,37 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     if trainers.parts.is_some() {
         *role = "actor trainer holding a part of the model";
     }
-    let trainer = match start {
-        Start::Weights(dir) => {
-            let mut model = HfSource::open(&dir)?.load_model(&device)?;
-            if let Some(parts) = &trainers.parts {
-                model = parts.part_of(model)?;
-            }
-            Trainer::new(model, plan.trainer.clone(), &device)?
-        }
-        Start::Checkpoint(dir) => match &trainers.parts {
-            Some(parts) => parts.load_checkpoint(&dir, &device)?.0,
-            None => Trainer::load_checkpoint(&dir, &device)?.0,
-        },
-    };
     let all: Arc<dyn Strategy> = trainers.all.clone();
     let data = trainers
         .parts
         .as_ref()
         .map_or_else(|| all.clone(), |p| p.data.clone());
-    let mut trainer = trainer.with_strategy(data.clone());
-    let reports = roll_backend_burn::train::follow_in(&mut trainer, all.as_ref(), data.as_ref())?;
-    tracing::info!(
-        rank = group.rank(),
-        steps = reports.len(),
-        "the leader's run ended"
-    );
+    let mut steps = 0;
+    loop {
+        let trainer = match &start.actor {
+            StartFrom::Weights { dir, trainer } => {
+                let mut model = HfSource::open(dir)?.load_model(&device)?;
+                if let Some(parts) = &trainers.parts {
+                    model = parts.part_of(model)?;
+                }
+                Trainer::new(model, (**trainer).clone(), &device)?
+            }
+            StartFrom::Checkpoint(dir) => match &trainers.parts {
+                Some(parts) => parts.load_checkpoint(dir, &device)?.0,
+                None => Trainer::load_checkpoint(dir, &device)?.0,
+            },
+        };
+        let mut trainer = trainer.with_strategy(data.clone());
+        steps +=
+            roll_backend_burn::train::follow_in(&mut trainer, all.as_ref(), data.as_ref())?.len();
+        if !start.sft {
+            break;
+        }
+        start = receive(all.as_ref(), "the RL stage's start")?;
+    }
+    tracing::info!(rank = group.rank(), steps, "the leader's run ended");
     Ok(Followed::Trained {
-        steps: reports.len(),
+        steps,
         part: trainers.parts.as_ref().map(|p| p.kind),
     })
 }

@@ -4,6 +4,7 @@
 use super::checkpoint::{
     self, CHECKPOINTS, CheckpointId, Resumed, RunState, SftProgress, StageKind, StageState,
 };
+use super::distributed;
 use super::io;
 use super::plan::RunPlan;
 use super::summary::{EvalPoint, RunSummary, SftSummary};
@@ -15,6 +16,7 @@ use roll_core::config::Config;
 use roll_core::episode::EpisodeConfig;
 use roll_core::pipeline::{RlvrPipeline, SftPipeline, StepReport, evaluate};
 use roll_core::policy::{Generate, SamplingParams};
+use roll_core::strategy::Messenger;
 use roll_core::{Error, Prompt, Result, RewardWorker, Tokenizer};
 use roll_env::{EnvFactory, evaluate_episodes};
 use serde_json::{Map, Value, json};
@@ -43,6 +45,9 @@ pub(crate) type BuildRl =
 pub(crate) struct SftStage {
     pub pipeline: SftPipeline,
     pub policy: Arc<BurnPolicy>,
+    /// In a run across processes, the training ranks that follow this one: when SFT ends,
+    /// `policy` releases them and they are told where the RL stage starts.
+    pub followers: Option<Arc<dyn Messenger>>,
     pub eval_every: u64,
     pub save_every: u64,
     pub progress: SftProgress,
@@ -373,7 +378,38 @@ impl Run {
                 "building the RL stage failed before; start a new run",
             )
         })?;
-        let (pipeline, actor) = build(ActorStart::Weights(Box::new(sft.policy.model()?)))?;
+        // Every rank starts RL from the export's bytes (f32, the fine-tuned weights exactly); the
+        // ranks that follow this one stop serving the SFT trainers first.
+        let export = self.plan.run.output_dir.join("sft_model");
+        if let Some(followers) = &sft.followers {
+            sft.policy.release_followers()?;
+            let start = distributed::Start {
+                actor: distributed::StartFrom::Weights {
+                    dir: export.clone(),
+                    trainer: Box::new(self.plan.trainer.clone()),
+                },
+                sft: false,
+            };
+            distributed::announce(followers.as_ref(), &start)?;
+        }
+        let built = HfSource::open(&export)
+            .and_then(|source| {
+                source.load_model(&roll_backend_burn::device(self.plan.model.device)?)
+            })
+            .map_err(Error::from)
+            .and_then(|model| build(ActorStart::Weights(Box::new(model))));
+        let (pipeline, actor) = match (built, &sft.followers) {
+            (Ok(built), _) => built,
+            (Err(e), None) => return Err(e),
+            (Err(e), Some(followers)) => {
+                // The followers wait for the RL stage's trainer: stop the job rather than leave
+                // them waiting.
+                followers.abort(&format!(
+                    "rank 0 (actor trainer): building the RL stage: {e}"
+                ));
+                return Err(e);
+            }
+        };
         self.stage = Stage::Rl {
             pipeline: Box::new(pipeline),
             actor,

@@ -100,6 +100,8 @@ pub struct DataParallel<T: Replica> {
     /// rank: more than the data-parallel group when its replicas are tensor- or
     /// pipeline-parallel copies).
     followers: Option<Arc<dyn Strategy>>,
+    /// The followers were released ([`DataParallel::release`]): the group trains no more.
+    released: bool,
 }
 
 impl<T: Replica> std::fmt::Debug for DataParallel<T> {
@@ -138,6 +140,7 @@ impl<T: Replica> DataParallel<T> {
             replicas,
             strategies,
             followers: None,
+            released: false,
         })
     }
 
@@ -172,7 +175,36 @@ impl<T: Replica> DataParallel<T> {
             replicas: vec![replica.with_strategy(data.clone())],
             strategies: vec![data],
             followers: Some(announce),
+            released: false,
         })
+    }
+
+    /// Releases the ranks that follow this one now rather than when the group is dropped: their
+    /// [`follow`](super::follow) returns, and they can serve another group this rank leads on
+    /// them (a run's SFT stage, then its RL stage). The group trains no more, and a copy that
+    /// holds a part of the model no longer gathers or saves it; a group without followers is
+    /// unchanged.
+    ///
+    /// # Errors
+    /// A failed announcement.
+    pub fn release(&mut self) -> Result<()> {
+        match self.followers.take() {
+            Some(followers) => {
+                self.released = true;
+                announce(followers.as_ref(), &Command::Stop)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The ranks to announce work to, if any; an error once they were released.
+    fn followers(&self, work: &str) -> Result<Option<&Arc<dyn Strategy>>> {
+        if self.released {
+            return Err(BackendError::InvalidInput(format!(
+                "cannot {work}: the ranks of this data-parallel group were released"
+            )));
+        }
+        Ok(self.followers.as_ref())
     }
 
     /// The replicas, in rank order.
@@ -199,7 +231,7 @@ impl<T: Replica> DataParallel<T> {
     /// The error of the replica that failed (the others fail with
     /// [`BackendError::Collective`], which is returned only when no replica failed on its own).
     pub fn step(&mut self, batch: &TrainBatch, objective: &Objective) -> Result<TrainStepReport> {
-        if let Some(followers) = &self.followers {
+        if let Some(followers) = self.followers("train a step")? {
             let command = Command::Step {
                 sequences: batch.sequences().to_vec(),
                 objective: objective.clone(),
@@ -286,7 +318,7 @@ impl DataParallel<Trainer> {
     pub fn whole_model(&self) -> Result<crate::CausalLm> {
         let first = self.first();
         if first.holds_part()
-            && let Some(followers) = &self.followers
+            && let Some(followers) = self.followers("gather the model")?
         {
             announce(followers.as_ref(), &Command::Gather)?;
         }
@@ -309,7 +341,8 @@ impl DataParallel<Trainer> {
         if !first.holds_part() {
             return first.save_checkpoint(dir, weight_version);
         }
-        if let Some(followers) = &self.followers {
+        let followers = self.followers("save the model's parts")?;
+        if let Some(followers) = followers {
             let command = Command::Checkpoint {
                 dir: dir.to_path_buf(),
                 weight_version,
@@ -317,7 +350,7 @@ impl DataParallel<Trainer> {
             announce(followers.as_ref(), &command)?;
         }
         let saved = first.save_part(dir, weight_version);
-        if let Some(followers) = &self.followers {
+        if let Some(followers) = followers {
             // Every part is written when the followers reach this too.
             followers
                 .all_reduce(&mut [0.0], roll_core::strategy::ReduceOp::Sum)
