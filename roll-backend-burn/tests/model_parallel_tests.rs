@@ -94,14 +94,22 @@ fn expert_parallel_forward_equals_the_whole_model_on_every_rank() {
 }
 
 #[test]
-fn an_expert_parallel_model_scores_only() {
+fn an_expert_parallel_model_refuses_lora_an_engine_and_saving() {
     let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
     let group = LocalGroup::replicas(vec![DeviceSpec::Cpu]).unwrap();
     let strategy: Arc<dyn Strategy> = Arc::new(group[0].clone());
     let shard = model.clone().shard_experts(strategy.clone()).unwrap();
     let device = Device::flex();
+    let lora = TrainerConfig {
+        lora: Some(LoraConfig {
+            rank: 2,
+            alpha: 4.0,
+            target_modules: vec!["q_proj".into()],
+        }),
+        ..Default::default()
+    };
     let refusals = [
-        Trainer::new(shard.clone(), TrainerConfig::default(), &device)
+        Trainer::new(shard.clone(), lora, &device)
             .err()
             .map(|e| e.to_string()),
         Engine::for_model(&shard, &device, EngineConfig::default(), None)
@@ -115,9 +123,13 @@ fn an_expert_parallel_model_scores_only() {
         .err()
         .map(|e| e.to_string()),
     ];
-    for (what, err) in ["train", "serve an inference engine", "be saved"]
-        .iter()
-        .zip(refusals)
+    for (what, err) in [
+        "trains without LoRA",
+        "serve an inference engine",
+        "be saved",
+    ]
+    .iter()
+    .zip(refusals)
     {
         let err = err.unwrap_or_else(|| panic!("a sharded model was allowed to {what}"));
         assert!(
@@ -138,6 +150,98 @@ fn an_expert_parallel_model_scores_only() {
         err.contains("5 expert-parallel ranks for 4 experts"),
         "{err}"
     );
+}
+
+#[test]
+fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
+    // Each rank trains its own shard of every batch with its block of the experts (rank 0 one
+    // sequence, rank 1 three, one micro-batch each: rank 0 serves its experts through rank 1's
+    // extra micro-batches); routed tokens travel to their experts and back, forward and
+    // backward. Against the whole trainer on the whole batch: the gradients after the
+    // all-reduce (the experts' need none), the reports and the weights after two clipped steps,
+    // and the whole model gathered from the ranks.
+    let model = qwen3_moe();
+    let config = TrainerConfig {
+        micro_batch_size: Some(1),
+        ..step_config()
+    };
+    let batches = [train_batch(&model, 31), train_batch(&model, 32)];
+    let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+    let want_steps = batches.iter().map(|b| step(&mut whole, b)).collect();
+    let trained = whole.inference_model().unwrap();
+    let want: Trained = (want_steps, by_id(&trained, None));
+    let want_gathered = support::params(&trained);
+    assert!(
+        max_abs_diff_by_id(&by_id(&model, None), &want.1) > 1e-4,
+        "the steps move the weights"
+    );
+    let ranks = on_ranks(2, |group| {
+        let rank = group.rank();
+        let strategy: Arc<dyn Strategy> = group;
+        let part = model.clone().shard_experts(strategy.clone()).unwrap();
+        let mut trainer = Trainer::new(part, config.clone(), &Device::flex())
+            .unwrap()
+            .with_strategy(strategy);
+        assert_eq!(trainer.kernels(), TrainKernels::Autodiff);
+        let mine: Vec<TrainBatch> = batches
+            .iter()
+            .map(|b| {
+                let (first, rest) = b.sequences().split_at(1);
+                TrainBatch::new(if rank == 0 { first } else { rest }.to_vec()).unwrap()
+            })
+            .collect();
+        let steps: Vec<_> = mine.iter().map(|b| step(&mut trainer, b)).collect();
+        let params = by_id(&trainer.inference_model().unwrap(), None);
+        let gathered = support::params(&trainer.whole_model().unwrap());
+        (rank, (steps, params), gathered)
+    });
+    let whole_params = want.1.len();
+    for (rank, (steps, params), gathered) in ranks {
+        let worst = want_gathered
+            .iter()
+            .map(|(path, v)| max_abs_diff(v, &gathered[path]))
+            .fold(0.0, f32::max);
+        assert!(worst <= 1e-5, "rank {rank}: gathered differs by {worst}");
+        assert!(
+            params.len() < whole_params,
+            "rank {rank} holds only its experts"
+        );
+        for (i, ((want_grads, want), (grads, got))) in want.0.iter().zip(&steps).enumerate() {
+            assert!(want.grad_norm > 0.5, "clipping is active");
+            for (what, a, b) in [
+                ("grad norm", want.grad_norm, got.grad_norm),
+                ("loss", want.loss, got.loss),
+            ] {
+                let rel = (a - b).abs() / a.abs().max(1e-3);
+                assert!(rel < 1e-5, "step {i} rank {rank}: {what} {b} vs {a}");
+            }
+            assert_slices(
+                &format!("step {i} gradients"),
+                want_grads,
+                grads,
+                rank,
+                1e-5,
+            );
+        }
+        assert_slices("weights", &want.1, &params, rank, 1e-5);
+    }
+    // Outside the group that holds its experts, an expert-parallel model does not train.
+    let errors = on_ranks(2, |group| {
+        let strategy: Arc<dyn Strategy> = group;
+        let part = model.clone().shard_experts(strategy).unwrap();
+        let mut alone = Trainer::new(part, config.clone(), &Device::flex()).unwrap();
+        alone
+            .step(&batches[0], &Objective::default())
+            .unwrap_err()
+            .to_string()
+    });
+    for err in errors {
+        assert!(
+            err.contains("data-parallel group that holds its experts")
+                && err.contains("rank 0 of 1"),
+            "{err}"
+        );
+    }
 }
 
 // ---- Tensor parallelism ----

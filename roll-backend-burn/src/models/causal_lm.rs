@@ -217,8 +217,41 @@ impl CausalLm {
         Ok(Self::Qwen3Moe(m))
     }
 
-    /// Whether this model holds only some of its experts ([`CausalLm::shard_experts`]): it can
-    /// score but not train, serve an engine or be saved.
+    /// Layer `l`'s feed-forward norm and mixture when the mixture is expert-parallel
+    /// ([`CausalLm::shard_experts`]); `None` for any other layer or model.
+    pub(crate) fn expert_parallel_mixture(
+        &self,
+        l: usize,
+    ) -> Option<(&burn::nn::RmsNorm, &super::qwen3_moe::SparseMoeBlock)> {
+        let Self::Qwen3Moe(m) = self else {
+            return None;
+        };
+        let layer = m.model.layers.get(l)?;
+        match &layer.mlp {
+            FeedForward::Sparse(block) if block.shard.is_some() => {
+                Some((&layer.post_attention_layernorm, block))
+            }
+            _ => None,
+        }
+    }
+
+    /// The group holding an expert-parallel model's experts, and the ids of this rank's
+    /// experts' parameters; `None` for a model that is not expert-parallel.
+    pub(crate) fn expert_parallel_part(&self) -> Option<(Arc<dyn Strategy>, Vec<ParamId>)> {
+        let mixtures: Vec<_> = (0..self.held_layers())
+            .filter_map(|l| self.expert_parallel_mixture(l))
+            .collect();
+        let group = mixtures.first()?.1.shard.as_ref()?.group().clone();
+        let own = mixtures
+            .iter()
+            .flat_map(|(_, block)| block.experts.iter().flat_map(param_ids))
+            .collect();
+        Some((group, own))
+    }
+
+    /// Whether this model holds only some of its experts ([`CausalLm::shard_experts`]): it
+    /// scores, and trains in the data-parallel group that holds the others, but does not serve
+    /// an engine or get saved.
     pub fn is_expert_sharded(&self) -> bool {
         match self {
             Self::Qwen3Moe(m) => m
@@ -373,14 +406,15 @@ impl CausalLm {
         })
     }
 
-    /// On a tensor-parallel rank holding whole experts ([`ExpertSplit::Whole`]): the index
-    /// among the model's experts of its first one (every mixture holds the same block).
+    /// On a rank holding a block of whole experts (tensor-parallel with [`ExpertSplit::Whole`],
+    /// or expert-parallel): the index among the model's experts of its first one (every
+    /// mixture holds the same block).
     pub(crate) fn first_held_expert(&self) -> Option<usize> {
         let Self::Qwen3Moe(m) = self else {
             return None;
         };
         m.model.layers.iter().find_map(|l| match &l.mlp {
-            FeedForward::Sparse(b) if m.tensor_shard().is_some() => {
+            FeedForward::Sparse(b) if m.tensor_shard().is_some() || b.shard.is_some() => {
                 Some(b.first_expert).filter(|_| b.experts.len() < m.config.num_experts)
             }
             _ => None,

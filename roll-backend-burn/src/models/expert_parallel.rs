@@ -3,21 +3,27 @@
 //! two [`Strategy::all_to_all`]s per mixture layer (GShard, Lepikhin et al. 2020,
 //! arXiv:2006.16668; ROLL's Megatron `expert_model_parallel_size`).
 //!
-//! Forward only: the exchange goes through host memory, outside autodiff, so a sharded model
-//! scores (reference and old log-probs, evaluation) but does not train — [`Trainer`] refuses it,
-//! and so do the inference engine (whose ranks would not step together) and the HF writer
-//! (which would save a part of the experts).
+//! The exchange goes through host memory, outside autodiff. A sharded model scores (reference
+//! and old log-probs, evaluation), and it trains on Burn's autodiff path block by block
+//! ([`Trainer`] in the data-parallel group that holds the experts): the backward of a mixture
+//! sends each routed slot's input and output gradient to its expert's rank, which runs the
+//! expert's backward and returns the expert's output and input gradient ([`ExpertShard::backward`],
+//! two more all-to-alls). The inference engine (whose ranks would not step together) and the HF
+//! writer (which would save a part of the experts) refuse it.
 //!
 //! Every rank of the group must run each forward together, with its own batch (any size), as
 //! the collectives require: the same number of [`CausalLm::forward`] calls on every rank, in
 //! the same order. (Scoring's micro-batching cuts batches of different sizes into different
-//! numbers of forwards: call the forward directly, one batch per rank per call.)
+//! numbers of forwards: call the forward directly, one batch per rank per call.) A rank with
+//! nothing to run still serves its experts ([`ExpertShard::serve_forward`],
+//! [`ExpertShard::backward`] without slots of its own).
 //!
 //! [`CausalLm::forward`]: crate::CausalLm::forward
 //!
 //! [`Trainer`]: crate::train::Trainer
 
 use super::mlp::Mlp;
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use roll_core::strategy::Strategy;
 use std::ops::Range;
@@ -63,6 +69,95 @@ impl ExpertShard {
     /// This rank's experts.
     pub(crate) fn mine(&self) -> Range<usize> {
         self.range(self.group.rank())
+    }
+
+    /// The group holding the experts.
+    pub(crate) fn group(&self) -> &Arc<dyn Strategy> {
+        &self.group
+    }
+
+    /// This rank's part of a forward in which it routes no tokens of its own: it runs its
+    /// `experts` on what the others send, and answers.
+    ///
+    /// # Errors
+    /// A failed all-to-all, or a record naming an expert this rank does not hold.
+    pub(crate) fn serve_forward(
+        &self,
+        hidden: usize,
+        experts: &[Mlp],
+        device: &Device,
+    ) -> roll_core::Result<()> {
+        let received = self
+            .group
+            .all_to_all(vec![Vec::new(); self.group.world_size()])?;
+        let reply = received
+            .iter()
+            .map(|records| run_experts(records, hidden, experts, device))
+            .collect::<roll_core::Result<Vec<_>>>()?;
+        self.group.all_to_all(reply)?;
+        Ok(())
+    }
+
+    /// The experts' part of a mixture's backward, on every rank of the group together.
+    ///
+    /// `slots` is this rank's routed tokens, if it has any: `(x, chosen, top_k, g)` with `x` the
+    /// mixture's input (`[tokens, hidden]` row-major), `chosen` each slot's expert (one row of
+    /// `top_k` per token) and `g` each slot's output gradient `w·δ` (`[tokens·top_k, hidden]`:
+    /// the slot's weight times the gradient of the loss with respect to the token's output).
+    /// Each slot goes to its expert's rank, which computes `y = E(x)` and `∂⟨y, g⟩/∂x = J_Eᵀ g`
+    /// with the expert's parameter gradients, and answers. Returns, per slot of this rank in slot
+    /// order, `y` and `J_Eᵀ g` (each `[tokens·top_k, hidden]`), and the gradients of this rank's
+    /// `experts` (on the autodiff device `device`) over every rank's tokens.
+    ///
+    /// # Errors
+    /// A failed all-to-all, an answer of the wrong length, or a record naming an expert this
+    /// rank does not hold.
+    pub(crate) fn backward(
+        &self,
+        slots: Option<(&[f32], &[i64], usize, &[f32])>,
+        hidden: usize,
+        experts: &[Mlp],
+        device: &Device,
+    ) -> roll_core::Result<(Vec<f32>, Vec<f32>, GradientsParams)> {
+        let ranks = self.group.world_size();
+        // Dispatch: per destination, one record per slot: the expert's index there, `x`, `g`.
+        let mut slots_to: Vec<Vec<usize>> = vec![Vec::new(); ranks];
+        let mut send: Vec<Vec<f32>> = vec![Vec::new(); ranks];
+        let mut count = 0;
+        if let Some((x, chosen, top_k, g)) = slots {
+            count = chosen.len();
+            for (slot, &e) in chosen.iter().enumerate() {
+                let Ok(e) = usize::try_from(e) else { continue };
+                let (token, to) = (slot / top_k, self.owner(e));
+                slots_to[to].push(slot);
+                send[to].push((e - self.range(to).start) as f32);
+                send[to].extend_from_slice(&x[token * hidden..(token + 1) * hidden]);
+                send[to].extend_from_slice(&g[slot * hidden..(slot + 1) * hidden]);
+            }
+        }
+        let received = self.group.all_to_all(send)?;
+        let (reply, grads) = expert_backward(&received, hidden, experts, device)?;
+        let results = self.group.all_to_all(reply)?;
+        let mut y = vec![0f32; count * hidden];
+        let mut gx = vec![0f32; count * hidden];
+        for (to, routed) in slots_to.iter().enumerate() {
+            if results[to].len() != routed.len() * 2 * hidden {
+                return Err(roll_core::Error::Strategy(
+                    format!(
+                        "rank {to} returned {} values for the backward of {} routed tokens",
+                        results[to].len(),
+                        routed.len()
+                    )
+                    .into(),
+                ));
+            }
+            for (&slot, answer) in routed.iter().zip(results[to].chunks_exact(2 * hidden)) {
+                let at = slot * hidden..(slot + 1) * hidden;
+                y[at.clone()].copy_from_slice(&answer[..hidden]);
+                gx[at].copy_from_slice(&answer[hidden..]);
+            }
+        }
+        Ok((y, gx, grads))
     }
 
     /// The mixture's output for `x` (`[tokens, hidden]`): every routed slot (token, choice, expert
@@ -135,6 +230,84 @@ impl ExpertShard {
             IndexingUpdateOp::Add,
         ))
     }
+}
+
+/// This rank's experts' backward over the records every rank sent it (expert index, `x`, `g`,
+/// per record): the answers per sender (`y`, then `J_Eᵀ g`, per record) and the experts'
+/// gradients, from one backward over all of them.
+fn expert_backward(
+    received: &[Vec<f32>],
+    hidden: usize,
+    experts: &[Mlp],
+    device: &Device,
+) -> roll_core::Result<(Vec<Vec<f32>>, GradientsParams)> {
+    let width = 2 * hidden + 1;
+    // Every record, as (sender, index), grouped by expert.
+    let mut rows_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); experts.len()];
+    for (from, records) in received.iter().enumerate() {
+        for (i, record) in records.chunks_exact(width).enumerate() {
+            let e = record[0] as usize;
+            rows_of
+                .get_mut(e)
+                .ok_or_else(|| {
+                    roll_core::Error::Strategy(
+                        format!("a token routed to missing expert {e}").into(),
+                    )
+                })?
+                .push((from, i));
+        }
+    }
+    let mut reply: Vec<Vec<f32>> = received
+        .iter()
+        .map(|r| vec![0f32; r.len() / width * 2 * hidden])
+        .collect();
+    let mut objective: Option<Tensor<1>> = None;
+    let mut leaves = Vec::new();
+    for (expert, rows) in experts.iter().zip(&rows_of) {
+        if rows.is_empty() {
+            continue;
+        }
+        let (mut x, mut g) = (Vec::new(), Vec::new());
+        for &(from, i) in rows {
+            let record = &received[from][i * width..(i + 1) * width];
+            x.extend_from_slice(&record[1..=hidden]);
+            g.extend_from_slice(&record[hidden + 1..]);
+        }
+        let shape = [rows.len(), hidden];
+        let leaf = Tensor::<2>::from_data(TensorData::new(x, shape), device).require_grad();
+        let g = Tensor::<2>::from_data(TensorData::new(g, shape), device);
+        let y = expert.forward(leaf.clone());
+        let term = (y.clone() * g).sum();
+        objective = Some(match objective {
+            Some(sum) => sum + term,
+            None => term,
+        });
+        leaves.push((rows, leaf, y));
+    }
+    let Some(objective) = objective else {
+        return Ok((reply, GradientsParams::new()));
+    };
+    let grads = objective.backward();
+    let values = |t: Tensor<2>| -> roll_core::Result<Vec<f32>> {
+        t.into_data()
+            .convert::<f32>()
+            .try_into_vec()
+            .map_err(|e| roll_core::Error::Strategy(format!("{e:?}").into()))
+    };
+    for (rows, leaf, y) in leaves {
+        let dims = leaf.dims();
+        let gx = leaf
+            .grad(&grads)
+            .unwrap_or_else(|| Tensor::zeros(dims, &leaf.device().inner()));
+        let (y, gx) = (values(y.inner())?, values(gx)?);
+        for (k, &(from, i)) in rows.iter().enumerate() {
+            let out = &mut reply[from][i * 2 * hidden..(i + 1) * 2 * hidden];
+            out[..hidden].copy_from_slice(&y[k * hidden..(k + 1) * hidden]);
+            out[hidden..].copy_from_slice(&gx[k * hidden..(k + 1) * hidden]);
+        }
+    }
+    let experts: Vec<Mlp> = experts.to_vec();
+    Ok((reply, GradientsParams::from_grads(grads, &experts)))
 }
 
 /// The outputs of this rank's `experts` for `records` (expert index, then `hidden` values, per

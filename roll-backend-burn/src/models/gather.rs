@@ -135,15 +135,22 @@ fn place_slice(whole: &mut [f32], full: &[usize], values: &[f32], part: &[usize]
 
 impl CausalLm {
     /// The whole model from the parts the ranks of a tensor-parallel model
-    /// ([`CausalLm::shard_tensors`]) or of a pipeline ([`CausalLm::split_stages`]) hold: a
-    /// collective, every rank of the parts' group calls it and gets the whole model (a whole
-    /// model is returned as it is). The parameters get new ids.
+    /// ([`CausalLm::shard_tensors`]), of a pipeline ([`CausalLm::split_stages`]) or of an
+    /// expert-parallel model ([`CausalLm::shard_experts`]) hold: a collective, every rank of
+    /// the parts' group calls it and gets the whole model (a whole model is returned as it is).
+    /// The parameters get new ids.
     ///
     /// # Errors
     /// A parameter that cannot be read, a part that does not fit the whole model's layout, or a
     /// failed all-reduce.
     pub fn gather(&self) -> Result<CausalLm> {
-        let Some((group, rank)) = self.parts_group() else {
+        let experts = || {
+            self.expert_parallel_part().map(|(group, _)| {
+                let rank = group.rank();
+                (group, rank)
+            })
+        };
+        let Some((group, rank)) = self.parts_group().or_else(experts) else {
             return Ok(self.clone());
         };
         let stage_layers = self.pipeline_stage().map(|s| s.layers());

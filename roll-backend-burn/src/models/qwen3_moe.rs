@@ -18,6 +18,7 @@ use crate::{BackendError, Result};
 use burn::config::Config;
 use burn::module::{Module, ParamId};
 use burn::nn::{Linear, LinearConfig};
+use burn::optim::GradientsParams;
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 
@@ -178,6 +179,7 @@ impl SparseMoeBlock {
     /// Keeps only `shard`'s experts (see [`ExpertShard`]).
     pub(crate) fn shard(&mut self, shard: ExpertShard) {
         let mine = shard.mine();
+        self.first_expert = mine.start;
         self.experts = std::mem::take(&mut self.experts)
             .into_iter()
             .enumerate()
@@ -191,15 +193,41 @@ impl SparseMoeBlock {
     /// - output: `[batch, seq, hidden]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, t, hidden] = x.dims();
-        let x = x.reshape([b * t, hidden]);
-        let probs = softmax(self.gate.forward(x.clone()), 1);
+        let device = x.device();
+        // The forward has no error path: a failed collective of an expert-parallel mixture
+        // (another rank failed, which MPI ends the job for) leaves NaN, which scoring refuses by
+        // name. Training reads the error ([`SparseMoeBlock::try_forward`]).
+        self.try_forward(x).unwrap_or_else(|e| {
+            tracing::error!("expert-parallel mixture: {e}");
+            Tensor::<3>::full([b, t, hidden], f32::NAN, &device)
+        })
+    }
+
+    /// Each token's `top_k` experts: their weights (`[tokens, top_k]`, renormalised with
+    /// `norm_topk_prob`) and indices (row-major).
+    fn route(&self, x: Tensor<2>) -> (Tensor<2>, Vec<i64>) {
+        let probs = softmax(self.gate.forward(x), 1);
         let (mut weights, chosen) = probs.topk_with_indices(self.top_k, 1);
         if self.norm_topk_prob {
             weights = weights.clone() / weights.sum_dim(1);
         }
         // Routing is data-dependent control flow: read the (small) index matrix back to group the
         // tokens by expert. An unreadable index tensor would be a backend bug, not a user error.
-        let chosen: Vec<i64> = chosen.into_data().try_into_vec_as().unwrap_or_default();
+        (
+            weights,
+            chosen.into_data().try_into_vec_as().unwrap_or_default(),
+        )
+    }
+
+    /// [`SparseMoeBlock::forward`], with an expert-parallel mixture's failed exchange as an
+    /// error.
+    ///
+    /// # Errors
+    /// A failed all-to-all of an expert-parallel mixture.
+    pub(crate) fn try_forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
+        let [b, t, hidden] = x.dims();
+        let x = x.reshape([b * t, hidden]);
+        let (weights, chosen) = self.route(x.clone());
         // A tensor-parallel rank holding whole experts runs those and leaves the other slots to
         // the ranks holding theirs (the layer's all-reduce adds them).
         let mut tokens_of: Vec<Vec<(i32, i32)>> = vec![Vec::new(); self.experts.len()];
@@ -215,20 +243,13 @@ impl SparseMoeBlock {
         let device = x.device();
         let flat_weights = weights.reshape([b * t * self.top_k, 1]);
         if let Some(shard) = &self.shard {
-            let mut out =
-                match shard.forward(x.clone(), &chosen, self.top_k, flat_weights, &self.experts) {
-                    Ok(out) => out,
-                    // The forward has no error path: a failed collective (another rank failed,
-                    // which MPI ends the job for) leaves NaN, which scoring refuses by name.
-                    Err(e) => {
-                        tracing::error!("expert-parallel mixture: {e}");
-                        Tensor::<2>::full([b * t, hidden], f32::NAN, &device)
-                    }
-                };
+            let mut out = shard
+                .forward(x.clone(), &chosen, self.top_k, flat_weights, &self.experts)
+                .map_err(exchange)?;
             if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
                 out = out + sigmoid(gate.forward(x.clone())) * shared.forward(x);
             }
-            return out.reshape([b, t, hidden]);
+            return Ok(out.reshape([b, t, hidden]));
         }
         let mut out = Tensor::<2>::zeros([b * t, hidden], &device);
         for (expert, routed) in self.experts.iter().zip(&tokens_of) {
@@ -247,8 +268,124 @@ impl SparseMoeBlock {
         if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
             out = out + sigmoid(gate.forward(x.clone())) * shared.forward(x);
         }
-        out.reshape([b, t, hidden])
+        Ok(out.reshape([b, t, hidden]))
     }
+
+    /// The backward of an expert-parallel mixture on a rank that routes tokens: `x` is the
+    /// mixture's input on the autodiff device (`[tokens, hidden]`, with its graph back to the
+    /// block's input), `delta` the gradient of the loss with respect to its output.
+    ///
+    /// The output is `Σ_slots w·E(x)` plus the shared expert's; the experts run on their ranks
+    /// ([`ExpertShard::backward`]), which return each slot's `y = E(x)` and `J_Eᵀ(w·δ)`. Returned:
+    /// a scalar whose gradient is the mixture's vector–Jacobian product for everything on this
+    /// rank — `Σ w·⟨y, δ⟩` (the router, through `w`) `+ ⟨x, Σ_slots J_Eᵀ(w·δ)⟩` (the experts'
+    /// path back to `x`) `+ ⟨shared(x), δ⟩` — with `y` and the `J_Eᵀ` terms as constants, and the
+    /// gradients of this rank's experts over every rank's tokens.
+    ///
+    /// # Errors
+    /// A mixture that is not expert-parallel, a failed exchange, or an unreadable tensor.
+    pub(crate) fn expert_parallel_backward(
+        &self,
+        x: Tensor<2>,
+        delta: Tensor<2>,
+    ) -> Result<(Tensor<1>, GradientsParams)> {
+        let shard = self.expert_shard()?;
+        let [n, hidden] = x.dims();
+        let k = self.top_k;
+        let device = x.device();
+        let (weights, chosen) = self.route(x.clone());
+        let flat_weights = weights.reshape([n * k, 1]);
+        let (rows, w, d) = (
+            values(x.clone().inner())?,
+            values(flat_weights.clone().inner())?,
+            values(delta.clone())?,
+        );
+        let mut g = vec![0f32; n * k * hidden];
+        for (slot, out) in g.chunks_exact_mut(hidden).enumerate() {
+            let token = &d[slot / k * hidden..(slot / k + 1) * hidden];
+            for (o, &dj) in out.iter_mut().zip(token) {
+                *o = w[slot] * dj;
+            }
+        }
+        let (y, gx, expert_grads) = shard
+            .backward(
+                Some((&rows, &chosen, k, &g)),
+                hidden,
+                &self.experts,
+                &device,
+            )
+            .map_err(exchange)?;
+        let mut dots = vec![0f32; n * k];
+        let mut into_x = vec![0f32; n * hidden];
+        for slot in 0..n * k {
+            let token = slot / k;
+            let (y, gx) = (
+                &y[slot * hidden..(slot + 1) * hidden],
+                &gx[slot * hidden..(slot + 1) * hidden],
+            );
+            let dt = &d[token * hidden..(token + 1) * hidden];
+            dots[slot] = y.iter().zip(dt).map(|(a, b)| a * b).sum();
+            for (acc, &v) in into_x[token * hidden..(token + 1) * hidden]
+                .iter_mut()
+                .zip(gx)
+            {
+                *acc += v;
+            }
+        }
+        let dots = Tensor::<2>::from_data(TensorData::new(dots, [n * k, 1]), &device);
+        let into_x = Tensor::<2>::from_data(TensorData::new(into_x, [n, hidden]), &device);
+        let mut objective = (flat_weights * dots).sum() + (x.clone() * into_x).sum();
+        if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
+            let out = sigmoid(gate.forward(x.clone())) * shared.forward(x);
+            objective = objective + (out * delta.autodiff()).sum();
+        }
+        Ok((objective, expert_grads))
+    }
+
+    /// This rank's part of an expert-parallel mixture's forward when it routes no tokens (a
+    /// micro-batch fewer than another rank's): its experts serve the others'.
+    ///
+    /// # Errors
+    /// A mixture that is not expert-parallel, or a failed exchange.
+    pub(crate) fn serve_forward(&self, hidden: usize, device: &Device) -> Result<()> {
+        self.expert_shard()?
+            .serve_forward(hidden, &self.experts, device)
+            .map_err(exchange)
+    }
+
+    /// [`SparseMoeBlock::expert_parallel_backward`] on a rank that routes no tokens: its experts'
+    /// gradients from the others' (`device`: the autodiff device).
+    ///
+    /// # Errors
+    /// A mixture that is not expert-parallel, or a failed exchange.
+    pub(crate) fn serve_backward(&self, hidden: usize, device: &Device) -> Result<GradientsParams> {
+        let shard = self.expert_shard()?;
+        let (_, _, grads) = shard
+            .backward(None, hidden, &self.experts, device)
+            .map_err(exchange)?;
+        Ok(grads)
+    }
+
+    fn expert_shard(&self) -> Result<&ExpertShard> {
+        self.shard.as_ref().ok_or_else(|| {
+            BackendError::InvalidInput(
+                "this mixture is not expert-parallel (CausalLm::shard_experts)".into(),
+            )
+        })
+    }
+}
+
+/// A failed exchange of an expert-parallel mixture.
+fn exchange(e: roll_core::Error) -> BackendError {
+    BackendError::Collective(Box::new(e))
+}
+
+/// A tensor's values.
+fn values(t: Tensor<2>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec()
+        .map_err(|e| BackendError::Train(format!("cannot read a mixture's values: {e:?}")))
 }
 
 /// A layer's MLP: dense or mixture of experts. (Saved without the variant name: HF keys are

@@ -13,9 +13,13 @@
 //! for collectives in the right places. The norm gains and a mixture's router inside the layers,
 //! which every rank holds alike, get each rank's part of their gradient: [`sum_over`] completes
 //! them once per step.
+//!
+//! An expert-parallel model ([`expert_parallel_gradients`]) walks its blocks the same way, with
+//! the ranks' own tokens: only a mixture's blocks exchange, sending each routed token to its
+//! expert's rank and back, forward and backward.
 
 use super::core::Chunk;
-use crate::models::{CausalLm, LayerInputs, TensorShard};
+use crate::models::{CausalLm, LayerInputs, TensorShard, rms_norm_hf};
 use crate::{BackendError, Result};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
@@ -77,6 +81,101 @@ pub(crate) fn tensor_parallel_gradients(
     backward = (at.embedded * delta.autodiff()).sum().backward();
     add(GradientsParams::from_grads(backward, model));
     Ok((grads, metrics))
+}
+
+/// One micro-batch's gradients and metrics for an expert-parallel model on the autodiff device
+/// (`device`), or, with `chunk` `None`, this rank's part of another rank's micro-batch: every
+/// rank of the experts' group runs each micro-batch index together (the exchanges require it),
+/// and a rank whose shard of the step had fewer micro-batches serves its experts with none of
+/// its own. The gradients are this rank's parameters' for its own tokens, and its experts' for
+/// every rank's tokens routed to them.
+///
+/// As [`tensor_parallel_gradients`], block by block from the top, but a rank's tokens are its
+/// own: attention and dense blocks need no exchange, and a mixture's backward sends each slot
+/// to its expert's rank and back ([`ExpertShard::backward`](crate::models::expert_parallel)).
+///
+/// # Errors
+/// A failed exchange, or the objective's error.
+pub(crate) fn expert_parallel_gradients(
+    model: &CausalLm,
+    chunk: Option<&Chunk<'_>>,
+    device: &burn::tensor::Device,
+    objective: impl FnOnce(Tensor<3>) -> Result<(Tensor<1>, PolicyMetrics)>,
+) -> Result<(GradientsParams, Option<PolicyMetrics>)> {
+    let plain = model.valid();
+    let layers = plain.held_layers();
+    let hidden = model.hidden_size();
+    let mut grads = GradientsParams::new();
+    let Some(chunk) = chunk else {
+        let plain_device = device.clone().inner();
+        for l in 0..layers {
+            if let Some((_, mixture)) = plain.expert_parallel_mixture(l) {
+                mixture.serve_forward(hidden, &plain_device)?;
+            }
+        }
+        for l in (0..layers).rev() {
+            if let Some((_, mixture)) = model.expert_parallel_mixture(l) {
+                merge(&mut grads, mixture.serve_backward(hidden, device)?, model);
+            }
+        }
+        return Ok((grads, None));
+    };
+    let at = model.layer_inputs(&chunk.tokens);
+    let plain_at = LayerInputs {
+        embedded: at.embedded.clone().inner(),
+        cos: at.cos.clone().inner(),
+        sin: at.sin.clone().inner(),
+        mask: at.mask.clone().inner(),
+    };
+    // The forward without a graph, each block's input kept; a mixture's exchange fails here
+    // with an error rather than NaN.
+    let mut inputs = Vec::with_capacity(2 * layers);
+    let mut x = plain_at.embedded.clone();
+    for l in 0..layers {
+        for feed_forward in [false, true] {
+            inputs.push(x.clone());
+            let out = match (feed_forward, plain.expert_parallel_mixture(l)) {
+                (true, Some((norm, mixture))) => {
+                    mixture.try_forward(rms_norm_hf(norm, x.clone()))?
+                }
+                _ => plain.block(l, feed_forward, x.clone(), &plain_at),
+            };
+            x = x + out;
+        }
+    }
+    let mut add = |g: GradientsParams| merge(&mut grads, g, model);
+    let top = x.autodiff().require_grad();
+    let (loss, metrics) = objective(top.clone())?;
+    let mut backward = loss.backward();
+    let mut delta = top.grad(&backward).ok_or_else(no_gradient)?;
+    add(GradientsParams::from_grads(backward, model));
+    for (i, input) in inputs.into_iter().enumerate().rev() {
+        let (l, feed_forward) = (i / 2, i % 2 == 1);
+        let [b, t, h] = input.dims();
+        let leaf = input.autodiff().require_grad();
+        let (surrogate, experts) = match (feed_forward, model.expert_parallel_mixture(l)) {
+            (true, Some((norm, mixture))) => {
+                let x = rms_norm_hf(norm, leaf.clone()).reshape([b * t, h]);
+                let (surrogate, experts) =
+                    mixture.expert_parallel_backward(x, delta.clone().reshape([b * t, h]))?;
+                (surrogate, Some(experts))
+            }
+            _ => {
+                let out = model.block(l, feed_forward, leaf.clone(), &at);
+                ((out * delta.clone().autodiff()).sum(), None)
+            }
+        };
+        backward = surrogate.backward();
+        let mine = leaf.grad(&backward).ok_or_else(no_gradient)?;
+        add(GradientsParams::from_grads(backward, model));
+        if let Some(experts) = experts {
+            add(experts);
+        }
+        delta = delta + mine;
+    }
+    backward = (at.embedded * delta.autodiff()).sum().backward();
+    add(GradientsParams::from_grads(backward, model));
+    Ok((grads, Some(metrics)))
 }
 
 fn no_gradient() -> BackendError {

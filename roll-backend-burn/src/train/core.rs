@@ -422,6 +422,9 @@ pub(crate) struct Core<M: Module> {
     /// rank's slices, a pipeline stage's layers), and which those are on this rank: their squared
     /// gradients are summed over the group for the global norm.
     parts: Option<(Arc<dyn Strategy>, HashSet<ParamId>)>,
+    /// The parameters no other replica of the data-parallel group holds (an expert-parallel
+    /// replica's experts): left out of the gradient all-reduce.
+    unreplicated: HashSet<ParamId>,
 }
 
 impl<M: Module> Core<M> {
@@ -439,6 +442,7 @@ impl<M: Module> Core<M> {
             device,
             group: None,
             parts: None,
+            unreplicated: HashSet::new(),
         }
     }
 
@@ -446,6 +450,22 @@ impl<M: Module> Core<M> {
     /// parallel): `own` are the parameters only this rank of `group` holds (its part of them).
     pub(crate) fn own_parts(&mut self, group: Arc<dyn Strategy>, own: Vec<ParamId>) {
         self.parts = Some((group, own.into_iter().collect()));
+    }
+
+    /// Makes this trainer one replica of an expert-parallel model whose experts are divided
+    /// over `group` — which must be its data-parallel group — with `own` this replica's
+    /// experts' parameters: their gradients are not summed over the group (no other replica
+    /// holds them), and their squares are, for the global norm.
+    pub(crate) fn own_experts(&mut self, group: Arc<dyn Strategy>, own: Vec<ParamId>) {
+        self.unreplicated = own.iter().copied().collect();
+        self.own_parts(group, own);
+    }
+
+    /// This trainer's rank and the size of its data-parallel group (`(0, 1)` alone).
+    pub(crate) fn data_place(&self) -> (usize, usize) {
+        self.group
+            .as_ref()
+            .map_or((0, 1), |g| (g.rank(), g.world_size()))
     }
 
     /// The global L2 norm of `grads`: where ranks hold parts of the model, the squares of the
@@ -500,7 +520,7 @@ impl<M: Module> Core<M> {
         let grads = match &self.group {
             Some(group) => {
                 group.sum_metrics(&mut loss, &mut sums)?;
-                group.sum_gradients(self.module()?, grads, &self.device)?
+                group.sum_gradients(self.module()?, grads, &self.unreplicated, &self.device)?
             }
             None => grads,
         };

@@ -10,11 +10,12 @@
 
 use super::core::{MetricSums, Plan};
 use crate::{BackendError, Result};
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 use roll_algos::loss::Denominators;
 use roll_core::strategy::{ReduceOp, Strategy};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Counts travel as `f32`: exact below 2²⁴.
@@ -45,6 +46,10 @@ impl Group {
     /// This replica's rank.
     pub(crate) fn rank(&self) -> usize {
         self.strategy.rank()
+    }
+
+    pub(crate) fn world_size(&self) -> usize {
+        self.strategy.world_size()
     }
 
     /// Whether there are other replicas to agree with.
@@ -104,11 +109,14 @@ impl Group {
 
     /// The group's summed gradients of `module`'s trainable parameters. A parameter that has a
     /// gradient on no replica gets none (as in a single process: AdamW leaves it alone); one that
-    /// has a gradient on some replica counts zeros for the others.
+    /// has a gradient on some replica counts zeros for the others. The parameters in `own` —
+    /// an expert-parallel replica's experts, which no other replica holds — keep this
+    /// replica's gradients (already every replica's tokens').
     pub(crate) fn sum_gradients<M: Module>(
         &self,
         module: &M,
         grads: GradientsParams,
+        own: &HashSet<ParamId>,
         device: &Device,
     ) -> Result<GradientsParams> {
         if !self.shared() {
@@ -116,6 +124,7 @@ impl Group {
         }
         let mut flat = Flatten {
             grads: &grads,
+            own,
             present: Vec::new(),
             values: Vec::new(),
             failed: None,
@@ -133,6 +142,8 @@ impl Group {
             .map_err(collective)?;
         let mut unflatten = Unflatten {
             grads: GradientsParams::new(),
+            local: &grads,
+            own,
             present: &present,
             values: &values,
             param: 0,
@@ -163,6 +174,8 @@ fn trainable<const D: usize>(param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
 /// flag per parameter.
 struct Flatten<'a> {
     grads: &'a GradientsParams,
+    /// Left out of the sum.
+    own: &'a HashSet<ParamId>,
     present: Vec<f32>,
     values: Vec<f32>,
     failed: Option<BackendError>,
@@ -173,6 +186,9 @@ impl ModuleVisitor for Flatten<'_> {
         let Some(value) = trainable(param) else {
             return;
         };
+        if self.own.contains(&param.id) {
+            return;
+        }
         match self.grads.get::<D>(param.id) {
             Some(g) => match g.into_data().convert::<f32>().try_into_vec::<f32>() {
                 Ok(v) => {
@@ -197,6 +213,9 @@ impl ModuleVisitor for Flatten<'_> {
 /// Registers the summed gradients of the parameters that have one somewhere in the group.
 struct Unflatten<'a> {
     grads: GradientsParams,
+    /// This replica's gradients: those of `own` are kept as they are.
+    local: &'a GradientsParams,
+    own: &'a HashSet<ParamId>,
     present: &'a [f32],
     values: &'a [f32],
     param: usize,
@@ -209,6 +228,12 @@ impl ModuleVisitor for Unflatten<'_> {
         let Some(value) = trainable(param) else {
             return;
         };
+        if self.own.contains(&param.id) {
+            if let Some(g) = self.local.get::<D>(param.id) {
+                self.grads.register::<D>(param.id, g);
+            }
+            return;
+        }
         let shape = value.dims();
         let n: usize = shape.iter().product();
         let slice = &self.values[self.offset..self.offset + n];

@@ -18,7 +18,7 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Tensor};
 use roll_algos::loss::{LossAggregation, PolicyInputs, PolicyMetrics, policy_objective};
 use roll_core::policy::{Objective, ScoreRequest, TokenScores};
-use roll_core::strategy::Strategy;
+use roll_core::strategy::{ReduceOp, Strategy};
 use roll_core::{TrainBatch, TrainSequence};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,12 +108,12 @@ impl Trainer {
     ///
     /// A tensor-parallel model ([`CausalLm::shard_tensors`]) or a pipeline stage
     /// ([`CausalLm::split_stages`]) trains with every rank of its group stepping together on the
-    /// same batch, on either path (on Burn's autodiff block by block, or stage by stage);
-    /// [`BackendError::InvalidInput`] with LoRA.
+    /// same batch, on either path (on Burn's autodiff block by block, or stage by stage); an
+    /// expert-parallel model ([`CausalLm::shard_experts`]) trains on Burn's autodiff path, one
+    /// replica of the data-parallel group that holds its experts ([`Trainer::with_strategy`]
+    /// with that group), each rank on its own shard of the batch. With LoRA,
+    /// [`BackendError::InvalidInput`].
     pub fn new(model: CausalLm, config: TrainerConfig, device: &Device) -> Result<Self> {
-        if model.is_expert_sharded() {
-            model.require_whole("train")?;
-        }
         if let (Some(what), Some(_)) = (model.sharding(), &config.lora) {
             return Err(BackendError::InvalidInput(format!(
                 "{what}: it trains without LoRA (its adapters would need parts of their own)"
@@ -202,6 +202,8 @@ impl Trainer {
         if let Some((group, _)) = model.parts_group() {
             let own = model.own_params();
             self.core.own_parts(group, own);
+        } else if let Some((group, own)) = model.expert_parallel_part() {
+            self.core.own_experts(group, own);
         }
         Ok(())
     }
@@ -357,6 +359,42 @@ impl Trainer {
                 &self.core.ad_device,
             )
         };
+        if let Some((experts, _)) = model.expert_parallel_part() {
+            let (rank, ranks) = self.core.data_place();
+            if (rank, ranks) != (experts.rank(), experts.world_size()) {
+                return Err(BackendError::InvalidInput(format!(
+                    "an expert-parallel model trains in the data-parallel group that holds its \
+                     experts (Trainer::with_strategy with the group given to \
+                     CausalLm::shard_experts): its experts are on {} ranks, this trainer is \
+                     rank {rank} of {ranks}",
+                    experts.world_size()
+                )));
+            }
+            // Every rank runs each micro-batch index together; one with fewer serves the others.
+            let mut count = [plan.chunks.len() as f32];
+            experts
+                .all_reduce(&mut count, ReduceOp::Max)
+                .map_err(|e| BackendError::Collective(Box::new(e)))?;
+            for k in 0..count[0] as usize {
+                let chunk = plan.chunks.get(k).map(chunk).transpose()?;
+                let (grads, metrics) = blockwise::expert_parallel_gradients(
+                    model,
+                    chunk.as_ref(),
+                    &self.core.ad_device,
+                    |last| {
+                        let c = chunk.as_ref().ok_or_else(|| {
+                            BackendError::Train("an idle micro-batch ran the objective".into())
+                        })?;
+                        burn_objective(model, c, &objective, &plan, model.final_norm(last))
+                    },
+                )?;
+                acc.accumulate(model, grads);
+                if let (Some(m), Some(c)) = (metrics, &chunk) {
+                    record(&mut sums, &mut loss, &m, c.trained);
+                }
+            }
+            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
+        }
         if let Some(stage) = model.pipeline_stage() {
             let chunks = plan.chunks.iter().map(chunk).collect::<Result<Vec<_>>>()?;
             let mut grads = match &fused {
@@ -534,6 +572,15 @@ impl Trainer {
     /// [`BackendError::InvalidInput`] for a part of a model (tensor or pipeline parallel).
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
         let model = self.core.module()?;
+        if model.is_expert_sharded() {
+            // Its optimiser state is per expert too: a checkpoint of it would need parts of its
+            // own, as a tensor-parallel trainer's have.
+            return Err(BackendError::InvalidInput(
+                "an expert-parallel trainer holds only some of the experts: its checkpoint is \
+                 not written (save the gathered model, Trainer::whole_model, to keep the weights)"
+                    .into(),
+            ));
+        }
         let meta = CheckpointMeta::new(
             TrainedRole::Actor,
             self.core.step,
