@@ -15,7 +15,8 @@
 //!    the same weights too; then two SFT steps before the two GRPO steps (`[sft]`), colocated
 //!    and disaggregated, which must end on the same weights as each other;
 //! 4. runs a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
-//!    and checks it against the whole model's forward;
+//!    and checks it against the whole model's forward; then trains it two steps, each rank on its
+//!    own sequences, and checks the gathered model against one trainer's on all of them;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
 //!    split three ways): the forward's logits, then one training step on the fused CPU path,
 //!    after which the sliced model's logits are the whole trainer's;
@@ -86,6 +87,7 @@ fn main() -> ExitCode {
         "rank 0: expert-parallel forward equals the whole model",
         "rank 1: expert-parallel forward equals the whole model",
         "rank 2: expert-parallel forward equals the whole model",
+        "rank 0: expert-parallel training over 3 processes equals one trainer",
         "rank 0: tensor-parallel forward and training step equal the whole model's",
         "rank 1: tensor-parallel forward and training step equal the whole model's",
         "rank 0: pipeline stage of layers 0..1 trains as the whole model",
@@ -147,8 +149,14 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         );
         println!("rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike");
     }
-    let worst = expert_parallel_forward(&group)?;
+    let (worst, trained) = expert_parallel_forward(&group)?;
     println!("rank {rank}: expert-parallel forward equals the whole model (max |Δ| {worst:e})");
+    if let Some(worst) = trained {
+        println!(
+            "rank 0: expert-parallel training over 3 processes equals one trainer (max |Δ| \
+             {worst:e})"
+        );
+    }
     if let Some(pair) = group.subgroup(&[0, 1])? {
         let [before, after] = tensor_parallel_step(pair)?;
         println!(
@@ -402,8 +410,12 @@ fn grpo_run_across_ranks(
 }
 
 /// Rank 0 writes a random Qwen3-MoE for every rank to load; each rank runs its own batch through
-/// its shard of the experts and through the whole model. Returns the largest difference.
-fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<f32> {
+/// its shard of the experts and through the whole model. Then every rank trains its shard of
+/// the experts on its own sequences of two batches (sequence `i` to rank `i mod 3`, one per
+/// micro-batch: rank 0 has one more, which ranks 1 and 2 serve), and rank 0 compares the model
+/// gathered from the ranks with one trainer's on the whole batches. Returns the largest
+/// difference of the logits, and rank 0 that of the trained weights.
+fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<(f32, Option<f32>)> {
     use roll::backend::{CausalLm, HfConfig, PaddingSide, SaveOptions, TokenBatch, save_model};
     let device = Device::flex();
     // Rank 0's directory (each process would name its own).
@@ -451,15 +463,50 @@ fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<f32> {
         worst <= 1e-5,
         "rank {rank}: expert-parallel logits differ by {worst}"
     );
+    let config = TrainerConfig {
+        lr: 1e-3,
+        max_grad_norm: Some(0.5),
+        micro_batch_size: Some(1),
+        ..Default::default()
+    };
+    let objective = roll::core::policy::Objective::default();
+    let batches = [batch_over(41, 97), batch_over(42, 97)];
+    let strategy: Arc<dyn Strategy> = group.clone();
+    let part = load_model(&dir, &device)?.shard_experts(strategy.clone())?;
+    let mut trainer = Trainer::new(part, config.clone(), &device)?.with_strategy(strategy);
+    for b in &batches {
+        let mine = b.sequences().iter().enumerate().filter(|(i, _)| i % 3 == rank);
+        let mine = TrainBatch::new(mine.map(|(_, s)| s.clone()).collect())?;
+        trainer.step(&mine, &objective)?;
+    }
+    let gathered = flat(&trainer.whole_model()?);
+    let mut trained = None;
+    if rank == 0 {
+        let mut whole = Trainer::new(load_model(&dir, &device)?, config, &device)?;
+        for b in &batches {
+            whole.step(b, &objective)?;
+        }
+        let worst = max_diff(&flat(&whole.inference_model()?), &gathered);
+        anyhow::ensure!(
+            worst <= 1e-5,
+            "expert-parallel training differs from one trainer by {worst}"
+        );
+        trained = Some(worst);
+    }
     group.broadcast(&mut Vec::new(), 0)?; // every rank has read the model
     if rank == 0 {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    Ok(worst)
+    Ok((worst, trained))
 }
 
 /// Seven sequences of varied lengths from the fixture's vocabulary, advantages of both signs.
 fn batch(seed: u64) -> TrainBatch {
+    batch_over(seed, 200)
+}
+
+/// [`batch`] over a vocabulary of `vocab` tokens.
+fn batch_over(seed: u64, vocab: u64) -> TrainBatch {
     let mut rng = SplitMix64::new(seed);
     let mut below = |n: u64| (rng.next_u64() % n) as u32;
     let seqs = (0..7)
@@ -467,8 +514,8 @@ fn batch(seed: u64) -> TrainBatch {
             let (p, r) = (2 + below(6) as usize, 3 + below(9) as usize);
             TrainSequence {
                 sample: SampleId(i),
-                prompt_ids: (0..p).map(|_| below(200)).collect(),
-                response_ids: (0..r).map(|_| below(200)).collect(),
+                prompt_ids: (0..p).map(|_| below(vocab)).collect(),
+                response_ids: (0..r).map(|_| below(vocab)).collect(),
                 loss_mask: vec![true; r],
                 old_logprobs: vec![-3.0; r],
                 rollout_logprobs: vec![-3.0; r],
