@@ -475,7 +475,11 @@ fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<(f32, O
     let part = load_model(&dir, &device)?.shard_experts(strategy.clone())?;
     let mut trainer = Trainer::new(part, config.clone(), &device)?.with_strategy(strategy);
     for b in &batches {
-        let mine = b.sequences().iter().enumerate().filter(|(i, _)| i % 3 == rank);
+        let mine = b
+            .sequences()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 3 == rank);
         let mine = TrainBatch::new(mine.map(|(_, s)| s.clone()).collect())?;
         trainer.step(&mine, &objective)?;
     }

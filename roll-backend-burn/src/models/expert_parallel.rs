@@ -7,7 +7,7 @@
 //! and old log-probs, evaluation), and it trains on Burn's autodiff path block by block
 //! ([`Trainer`] in the data-parallel group that holds the experts): the backward of a mixture
 //! sends each routed slot's input and output gradient to its expert's rank, which runs the
-//! expert's backward and returns the expert's output and input gradient ([`ExpertShard::backward`],
+//! expert's backward and returns the expert's output and input gradient (`ExpertShard::backward`,
 //! two more all-to-alls). The inference engine (whose ranks would not step together) and the HF
 //! writer (which would save a part of the experts) refuse it.
 //!
@@ -15,8 +15,8 @@
 //! the collectives require: the same number of [`CausalLm::forward`] calls on every rank, in
 //! the same order. (Scoring's micro-batching cuts batches of different sizes into different
 //! numbers of forwards: call the forward directly, one batch per rank per call.) A rank with
-//! nothing to run still serves its experts ([`ExpertShard::serve_forward`],
-//! [`ExpertShard::backward`] without slots of its own).
+//! nothing to run still serves its experts (`ExpertShard::serve_forward`,
+//! `ExpertShard::backward` without slots of its own).
 //!
 //! [`CausalLm::forward`]: crate::CausalLm::forward
 //!
@@ -100,11 +100,7 @@ impl ExpertShard {
 
     /// The experts' part of a mixture's backward, on every rank of the group together.
     ///
-    /// `slots` is this rank's routed tokens, if it has any: `(x, chosen, top_k, g)` with `x` the
-    /// mixture's input (`[tokens, hidden]` row-major), `chosen` each slot's expert (one row of
-    /// `top_k` per token) and `g` each slot's output gradient `w·δ` (`[tokens·top_k, hidden]`:
-    /// the slot's weight times the gradient of the loss with respect to the token's output).
-    /// Each slot goes to its expert's rank, which computes `y = E(x)` and `∂⟨y, g⟩/∂x = J_Eᵀ g`
+    /// `slots` is this rank's routed tokens, if it has any. Each slot goes to its expert's rank, which computes `y = E(x)` and `∂⟨y, g⟩/∂x = J_Eᵀ g`
     /// with the expert's parameter gradients, and answers. Returns, per slot of this rank in slot
     /// order, `y` and `J_Eᵀ g` (each `[tokens·top_k, hidden]`), and the gradients of this rank's
     /// `experts` (on the autodiff device `device`) over every rank's tokens.
@@ -114,7 +110,7 @@ impl ExpertShard {
     /// rank does not hold.
     pub(crate) fn backward(
         &self,
-        slots: Option<(&[f32], &[i64], usize, &[f32])>,
+        slots: Option<RoutedSlots<'_>>,
         hidden: usize,
         experts: &[Mlp],
         device: &Device,
@@ -124,7 +120,13 @@ impl ExpertShard {
         let mut slots_to: Vec<Vec<usize>> = vec![Vec::new(); ranks];
         let mut send: Vec<Vec<f32>> = vec![Vec::new(); ranks];
         let mut count = 0;
-        if let Some((x, chosen, top_k, g)) = slots {
+        if let Some(RoutedSlots {
+            x,
+            chosen,
+            top_k,
+            g,
+        }) = slots
+        {
             count = chosen.len();
             for (slot, &e) in chosen.iter().enumerate() {
                 let Ok(e) = usize::try_from(e) else { continue };
@@ -230,6 +232,19 @@ impl ExpertShard {
             IndexingUpdateOp::Add,
         ))
     }
+}
+
+/// A rank's routed tokens in a mixture's backward ([`ExpertShard::backward`]).
+pub(crate) struct RoutedSlots<'a> {
+    /// The mixture's input, `[tokens, hidden]` row-major.
+    pub x: &'a [f32],
+    /// Each slot's expert: one row of `top_k` per token.
+    pub chosen: &'a [i64],
+    /// Experts per token.
+    pub top_k: usize,
+    /// Each slot's output gradient `w·δ`, `[tokens·top_k, hidden]`: the slot's weight times the
+    /// gradient of the loss with respect to the token's output.
+    pub g: &'a [f32],
 }
 
 /// This rank's experts' backward over the records every rank sent it (expert index, `x`, `g`,

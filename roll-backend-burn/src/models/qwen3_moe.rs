@@ -9,7 +9,7 @@
 
 use super::attention::AttentionSpec;
 use super::decoder::{Architecture, Decoder, DecoderConfig, FeedForwardBlock, expect_model_type};
-use super::expert_parallel::ExpertShard;
+use super::expert_parallel::{ExpertShard, RoutedSlots};
 use super::mlp::Mlp;
 use super::qwen3::{qwen3_attention, qwen3_hf};
 use super::tensor_parallel::{ExpertSplit, TensorShard, linear_params};
@@ -309,7 +309,12 @@ impl SparseMoeBlock {
         }
         let (y, gx, expert_grads) = shard
             .backward(
-                Some((&rows, &chosen, k, &g)),
+                Some(RoutedSlots {
+                    x: &rows,
+                    chosen: &chosen,
+                    top_k: k,
+                    g: &g,
+                }),
                 hidden,
                 &self.experts,
                 &device,
