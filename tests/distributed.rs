@@ -327,9 +327,11 @@ fn moe_model_dir(out: &std::path::Path) -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_mixture_of_experts_trains_tensor_parallel_with_its_experts_whole_or_sliced() {
-    // The same run of a mixture of experts in one process, and over two ranks holding half the
-    // heads each and half the experts (`model.expert_parallel = 2`) or half of every expert.
+async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() {
+    // The same run of a mixture of experts in one process, and over two ranks: holding half the
+    // heads each and half the experts (`model.expert_parallel = 2`) or half of every expert; or,
+    // without tensor parallelism, half the experts each and their own tokens, which travel to
+    // their experts and back (`model.expert_parallel = 2` alone).
     let base = out_dir("moe-model");
     std::fs::create_dir_all(&base).expect("dir");
     let dir = moe_model_dir(&base);
@@ -342,16 +344,22 @@ async fn a_mixture_of_experts_trains_tensor_parallel_with_its_experts_whole_or_s
     let alone_model = alone.actor().model().expect("model");
     drop(alone);
     let mut outs = vec![base, alone_out];
-    for (name, extra, experts) in [
+    let tensor = |experts| PartKind::Tensor { experts };
+    for (name, extra, part) in [
         (
             "moe-experts-whole",
             &["model.tensor_parallel=2", "model.expert_parallel=2"][..],
-            ExpertSplit::Whole,
+            tensor(ExpertSplit::Whole),
         ),
         (
             "moe-experts-sliced",
             &["model.tensor_parallel=2"][..],
-            ExpertSplit::Sliced,
+            tensor(ExpertSplit::Sliced),
+        ),
+        (
+            "moe-experts-across",
+            &["model.expert_parallel=2"][..],
+            PartKind::Experts,
         ),
     ] {
         let out = out_dir(name);
@@ -363,7 +371,7 @@ async fn a_mixture_of_experts_trains_tensor_parallel_with_its_experts_whole_or_s
             &reports,
             &["actor/trained_tokens", "actor/sequences"],
         );
-        let part = Some(PartKind::Tensor { experts });
+        let part = Some(part);
         assert_eq!(served, [Followed::Trained { steps: 2, part }], "{name}");
         let worst = max_param_diff(&alone_model, &model);
         assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
@@ -534,6 +542,14 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         (
             &["model.tensor_parallel=2", "model.expert_parallel=3"][..],
             "1 (every expert sliced) or model.tensor_parallel (whole experts)",
+        ),
+        (
+            &["model.expert_parallel=2"][..],
+            "3, the training processes",
+        ),
+        (
+            &["model.expert_parallel=3", "run.save_every=1"][..],
+            "checkpoint is not written yet",
         ),
     ] {
         let err = ConfigLoader::new()

@@ -117,6 +117,10 @@ pub enum PartKind {
     },
     /// Pipeline parallelism: each rank a stage, a block of the layers.
     Pipeline,
+    /// Expert parallelism across the data-parallel ranks: each rank a block of every mixture's
+    /// experts and the rest whole, and its own tokens ([`CausalLm::shard_experts`]); the copy
+    /// is the data-parallel group itself.
+    Experts,
 }
 
 impl ModelParts {
@@ -126,6 +130,9 @@ impl ModelParts {
     /// # Errors
     /// As [`Trainer::load_checkpoint_part`].
     pub fn load_checkpoint(&self, dir: &Path, device: &Device) -> Result<(Trainer, u64)> {
+        if self.kind == PartKind::Experts {
+            return Err(crate::train::no_expert_checkpoint());
+        }
         let part = crate::train::part_dir(dir, self.group.rank());
         Trainer::load_checkpoint_part(part, device, |model| self.part_of(model))
     }
@@ -133,11 +140,13 @@ impl ModelParts {
     /// This rank's part of `model`.
     ///
     /// # Errors
-    /// As [`CausalLm::shard_tensors`] and [`CausalLm::split_stages`].
+    /// As [`CausalLm::shard_tensors`], [`CausalLm::split_stages`] and
+    /// [`CausalLm::shard_experts`].
     pub fn part_of(&self, model: CausalLm) -> Result<CausalLm> {
         match self.kind {
             PartKind::Tensor { experts } => model.shard_tensors(self.group.clone(), experts),
             PartKind::Pipeline => model.split_stages(self.group.clone()),
+            PartKind::Experts => model.shard_experts(self.group.clone()),
         }
     }
 }

@@ -26,7 +26,7 @@
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::remote::{RolloutServer, Served};
 use roll_backend_burn::train::{Trainer, TrainerConfig};
-use roll_backend_burn::{ChatTemplate, HfTokenizer, ModelParts};
+use roll_backend_burn::{ChatTemplate, HfTokenizer, ModelParts, PartKind};
 use roll_core::config::Config;
 use roll_core::strategy::{Messenger, Strategy};
 use roll_core::{Error, Result, Tokenizer};
@@ -112,10 +112,39 @@ impl Roles {
         }
         let trainers = world_size - rollout;
         if let Some((kind, width)) = plan.model.parts {
-            let key = match kind {
-                roll_backend_burn::PartKind::Tensor { .. } => "model.tensor_parallel",
-                roll_backend_burn::PartKind::Pipeline => "model.pipeline_parallel",
-            };
+            let key = part_key(kind);
+            if kind == PartKind::Experts {
+                if width != trainers {
+                    return Err(Error::InvalidValue {
+                        key: key.into(),
+                        value: width.to_string(),
+                        allowed: format!(
+                            "{trainers}, the training processes (the job's {world_size} less \
+                             `rollout.ranks`): without tensor parallelism the experts are \
+                             divided among all of them, each training its own tokens"
+                        ),
+                        origin: None,
+                    });
+                }
+                let saves = [
+                    ("run.save_every", plan.run.save_every),
+                    (
+                        "sft.save_every",
+                        plan.sft.as_ref().map_or(0, |s| s.save_every),
+                    ),
+                ];
+                if let Some((key, every)) = saves.into_iter().find(|(_, every)| *every > 0) {
+                    return Err(Error::InvalidValue {
+                        key: key.into(),
+                        value: every.to_string(),
+                        allowed: "0 with model.expert_parallel above 1 and no tensor parallelism: \
+                                  an expert-parallel trainer's checkpoint is not written yet \
+                                  (the run still exports its models)"
+                            .into(),
+                        origin: None,
+                    });
+                }
+            }
             if !trainers.is_multiple_of(width) {
                 return Err(Error::InvalidValue {
                     key: key.into(),
@@ -173,6 +202,20 @@ impl Roles {
         for c in 0..trainers / width {
             copy = copy.or(job.subgroup(&(c * width..(c + 1) * width).collect::<Vec<_>>())?);
         }
+        if kind == PartKind::Experts {
+            // One copy, whose ranks hold different tokens: it is its own data-parallel group.
+            return Ok(match (all, copy) {
+                (Some(all), Some(group)) => Some(TrainerGroups {
+                    all,
+                    parts: Some(ModelParts {
+                        kind,
+                        data: group.clone(),
+                        group,
+                    }),
+                }),
+                _ => None,
+            });
+        }
         let mut data = None;
         for p in 0..width {
             let holders: Vec<usize> = (p..trainers).step_by(width).collect();
@@ -200,10 +243,7 @@ pub(crate) struct TrainerGroups {
 /// Refuses rollout ranks, and a model divided among ranks, in a run of one process.
 pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
     if let Some((kind, width)) = plan.model.parts {
-        let key = match kind {
-            roll_backend_burn::PartKind::Tensor { .. } => "model.tensor_parallel",
-            roll_backend_burn::PartKind::Pipeline => "model.pipeline_parallel",
-        };
+        let key = part_key(kind);
         return Err(Error::InvalidValue {
             key: key.into(),
             value: width.to_string(),
@@ -225,6 +265,15 @@ pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
             .into(),
         origin: None,
     })
+}
+
+/// The config key that divides the actor among processes this way.
+fn part_key(kind: PartKind) -> &'static str {
+    match kind {
+        PartKind::Tensor { .. } => "model.tensor_parallel",
+        PartKind::Pipeline => "model.pipeline_parallel",
+        PartKind::Experts => "model.expert_parallel",
+    }
 }
 
 /// What a rank of a run across processes did, as [`follow`] reports it.

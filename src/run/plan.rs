@@ -212,7 +212,10 @@ impl RunPlan {
                 trainer_devices: config.model.trainer_devices(),
                 plain_prompts: config.model.prompt_format == PromptFormat::Plain,
                 parts: match (config.model.tensor_parallel, config.model.pipeline_parallel) {
-                    (1, 1) => None,
+                    (1, 1) => match config.model.expert_parallel {
+                        1 => None,
+                        e => Some((PartKind::Experts, e as usize)),
+                    },
                     (t, 1) => {
                         // Validated: 1 (every expert sliced) or the tensor-parallel width.
                         let experts = if config.model.expert_parallel > 1 {

@@ -99,6 +99,18 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
+/// Why an expert-parallel trainer's checkpoint is not written.
+pub(crate) fn no_expert_checkpoint() -> BackendError {
+    // Its optimiser state is per expert too: a checkpoint would need parts of its own, as a
+    // tensor-parallel trainer's have.
+    BackendError::InvalidInput(
+        "an expert-parallel trainer holds only some of the experts: its checkpoint is not \
+         written (train without checkpoints, run.save_every = 0 and sft.save_every = 0, and save \
+         the gathered model, Trainer::whole_model, to keep the weights)"
+            .into(),
+    )
+}
+
 impl Trainer {
     /// A trainer for `model` (moved to `device`'s autodiff twin) with a fresh optimiser.
     ///
@@ -228,10 +240,17 @@ impl Trainer {
         Ok(())
     }
 
-    /// Whether this trainer's model is a part of one (tensor- or pipeline-parallel): its ranks
-    /// then step, and gather, together.
+    /// Whether this trainer's model is a part of one (tensor-, pipeline- or expert-parallel):
+    /// its ranks then step, and gather, together.
     pub fn holds_part(&self) -> bool {
-        self.core.module().is_ok_and(|m| m.parts_group().is_some())
+        self.core
+            .module()
+            .is_ok_and(|m| m.parts_group().is_some() || m.is_expert_sharded())
+    }
+
+    /// Whether this trainer's model holds only some of the experts ([`CausalLm::shard_experts`]).
+    pub fn holds_some_experts(&self) -> bool {
+        self.core.module().is_ok_and(CausalLm::is_expert_sharded)
     }
 
     /// The whole current model on the plain device: [`Trainer::inference_model`], gathered from
@@ -573,13 +592,7 @@ impl Trainer {
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
         let model = self.core.module()?;
         if model.is_expert_sharded() {
-            // Its optimiser state is per expert too: a checkpoint of it would need parts of its
-            // own, as a tensor-parallel trainer's have.
-            return Err(BackendError::InvalidInput(
-                "an expert-parallel trainer holds only some of the experts: its checkpoint is \
-                 not written (save the gathered model, Trainer::whole_model, to keep the weights)"
-                    .into(),
-            ));
+            return Err(no_expert_checkpoint());
         }
         let meta = CheckpointMeta::new(
             TrainedRole::Actor,

@@ -42,8 +42,12 @@ pub struct ModelConfig {
     /// parallelism); `tensor_parallel` gives each process whole experts, `1/tensor_parallel` of
     /// them (expert parallelism within the copy: its processes see the same tokens, so each runs
     /// its experts on the tokens routed to them and the layer's all-reduce combines the results,
-    /// as Megatron's all-gather dispatcher does). Qwen3-MoE only (a dense model refuses a value
-    /// above 1); the experts must divide. Default `1`. ROLL: `expert_model_parallel_size`.
+    /// as Megatron's all-gather dispatcher does). Without tensor or pipeline parallelism, a value
+    /// above 1 divides the experts among the training processes themselves, which hold
+    /// different tokens (data parallel): each routed token travels to its expert's process and
+    /// back, forward and backward (GShard's all-to-all); it must then equal the number of
+    /// training processes. Qwen3-MoE only (a dense model refuses a value above 1); the experts
+    /// must divide. Default `1`. ROLL: `expert_model_parallel_size`.
     #[serde(default = "one")]
     pub expert_parallel: u32,
     /// Processes of a distributed run that hold one copy of the actor between them, each a
@@ -90,11 +94,14 @@ impl ModelConfig {
         model.at_least("pipeline_parallel", self.pipeline_parallel.into(), 1)?;
         model.at_least("expert_parallel", self.expert_parallel.into(), 1)?;
         model.require(
-            self.expert_parallel == 1 || self.expert_parallel == self.tensor_parallel,
+            self.expert_parallel == 1
+                || self.expert_parallel == self.tensor_parallel
+                || (self.tensor_parallel == 1 && self.pipeline_parallel == 1),
             "expert_parallel",
             self.expert_parallel,
             "1 (every expert sliced) or model.tensor_parallel (whole experts): the experts are \
-             divided among the processes of a tensor-parallel copy of the actor",
+             divided among the processes of a tensor-parallel copy of the actor (without tensor \
+             or pipeline parallelism, among the training processes)",
         )?;
         model.require(
             self.tensor_parallel == 1 || self.pipeline_parallel == 1,
