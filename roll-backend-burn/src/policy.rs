@@ -130,9 +130,6 @@ impl ModelParts {
     /// # Errors
     /// As [`Trainer::load_checkpoint_part`].
     pub fn load_checkpoint(&self, dir: &Path, device: &Device) -> Result<(Trainer, u64)> {
-        if self.kind == PartKind::Experts {
-            return Err(crate::train::no_expert_checkpoint());
-        }
         let part = crate::train::part_dir(dir, self.group.rank());
         Trainer::load_checkpoint_part(part, device, |model| self.part_of(model))
     }

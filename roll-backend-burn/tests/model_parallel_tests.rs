@@ -94,7 +94,7 @@ fn expert_parallel_forward_equals_the_whole_model_on_every_rank() {
 }
 
 #[test]
-fn an_expert_parallel_model_refuses_lora_an_engine_and_saving() {
+fn an_expert_parallel_model_refuses_lora_an_engine_saving_and_a_lone_checkpoint() {
     let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
     let group = LocalGroup::replicas(vec![DeviceSpec::Cpu]).unwrap();
     let strategy: Arc<dyn Strategy> = Arc::new(group[0].clone());
@@ -122,11 +122,18 @@ fn an_expert_parallel_model_refuses_lora_an_engine_and_saving() {
         )
         .err()
         .map(|e| e.to_string()),
+        // Alone: the ranks of its group write their parts together (`save_part`).
+        Trainer::new(shard.clone(), TrainerConfig::default(), &device)
+            .unwrap()
+            .save_checkpoint(std::env::temp_dir().join("roll-ep-refused"), 0)
+            .err()
+            .map(|e| e.to_string()),
     ];
     for (what, err) in [
         "trains without LoRA",
         "serve an inference engine",
         "be saved",
+        "writes its part",
     ]
     .iter()
     .zip(refusals)

@@ -113,37 +113,17 @@ impl Roles {
         let trainers = world_size - rollout;
         if let Some((kind, width)) = plan.model.parts {
             let key = part_key(kind);
-            if kind == PartKind::Experts {
-                if width != trainers {
-                    return Err(Error::InvalidValue {
-                        key: key.into(),
-                        value: width.to_string(),
-                        allowed: format!(
-                            "{trainers}, the training processes (the job's {world_size} less \
-                             `rollout.ranks`): without tensor parallelism the experts are \
-                             divided among all of them, each training its own tokens"
-                        ),
-                        origin: None,
-                    });
-                }
-                let saves = [
-                    ("run.save_every", plan.run.save_every),
-                    (
-                        "sft.save_every",
-                        plan.sft.as_ref().map_or(0, |s| s.save_every),
+            if kind == PartKind::Experts && width != trainers {
+                return Err(Error::InvalidValue {
+                    key: key.into(),
+                    value: width.to_string(),
+                    allowed: format!(
+                        "{trainers}, the training processes (the job's {world_size} less \
+                         `rollout.ranks`): without tensor parallelism the experts are divided \
+                         among all of them, each training its own tokens"
                     ),
-                ];
-                if let Some((key, every)) = saves.into_iter().find(|(_, every)| *every > 0) {
-                    return Err(Error::InvalidValue {
-                        key: key.into(),
-                        value: every.to_string(),
-                        allowed: "0 with model.expert_parallel above 1 and no tensor parallelism: \
-                                  an expert-parallel trainer's checkpoint is not written yet \
-                                  (the run still exports its models)"
-                            .into(),
-                        origin: None,
-                    });
-                }
+                    origin: None,
+                });
             }
             if !trainers.is_multiple_of(width) {
                 return Err(Error::InvalidValue {

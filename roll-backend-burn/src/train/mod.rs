@@ -69,5 +69,4 @@ pub use follow::{follow, follow_in};
 pub use lora::TrainerRng;
 pub use parallel::{DataParallel, Replica};
 pub use schedule::lr_at;
-pub(crate) use trainer::no_expert_checkpoint;
 pub use trainer::{Trainer, part_dir};

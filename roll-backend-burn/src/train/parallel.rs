@@ -338,9 +338,6 @@ impl DataParallel<Trainer> {
         weight_version: u64,
     ) -> Result<std::path::PathBuf> {
         let first = self.first();
-        if first.holds_some_experts() {
-            return Err(super::trainer::no_expert_checkpoint());
-        }
         if !first.holds_part() {
             return first.save_checkpoint(dir, weight_version);
         }

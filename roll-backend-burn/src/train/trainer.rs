@@ -99,14 +99,12 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
-/// Why an expert-parallel trainer's checkpoint is not written.
-pub(crate) fn no_expert_checkpoint() -> BackendError {
-    // Its optimiser state is per expert too: a checkpoint would need parts of its own, as a
-    // tensor-parallel trainer's have.
+/// Why an expert-parallel trainer does not write a checkpoint alone.
+fn no_expert_checkpoint() -> BackendError {
     BackendError::InvalidInput(
-        "an expert-parallel trainer holds only some of the experts: its checkpoint is not \
-         written (train without checkpoints, run.save_every = 0 and sft.save_every = 0, and save \
-         the gathered model, Trainer::whole_model, to keep the weights)"
+        "an expert-parallel trainer holds only some of the experts: every rank of its group \
+         writes its part (Trainer::save_part, DataParallel::save_checkpoint), or save the \
+         gathered model (Trainer::whole_model)"
             .into(),
     )
 }
@@ -220,22 +218,27 @@ impl Trainer {
         Ok(())
     }
 
-    /// This rank's index among the ranks of its copy of a tensor- or pipeline-parallel model (its
-    /// slice, its stage); `None` for a whole model.
+    /// This rank's index among the ranks of its copy of a tensor-, pipeline- or
+    /// expert-parallel model (its slice, its stage, its block of experts); `None` for a whole
+    /// model.
     pub fn part_index(&self) -> Option<usize> {
-        let (_, index) = self.core.module().ok()?.parts_group()?;
-        Some(index)
+        let model = self.core.module().ok()?;
+        match model.parts_group() {
+            Some((_, index)) => Some(index),
+            None => model.expert_parallel_part().map(|(group, _)| group.rank()),
+        }
     }
 
-    /// Writes this rank's part of a checkpoint of a tensor- or pipeline-parallel model under
-    /// `dir` ([`part_dir`]), if it belongs to the first copy (the other copies hold the same
-    /// parts); nothing for a whole model.
+    /// Writes this rank's part of a checkpoint of a tensor-, pipeline- or expert-parallel model
+    /// under `dir` ([`part_dir`]), if it belongs to the first copy (the other copies hold the
+    /// same parts; the ranks dividing the experts are all one copy); nothing for a whole model.
     ///
     /// # Errors
     /// As [`Trainer::save_checkpoint`].
     pub fn save_part(&self, dir: &Path, weight_version: u64) -> Result<()> {
-        if let (Some(index), 0) = (self.part_index(), self.core.data_rank()) {
-            self.save_checkpoint(part_dir(dir, index), weight_version)?;
+        let first_copy = self.core.data_rank() == 0 || self.holds_some_experts();
+        if let (Some(index), true) = (self.part_index(), first_copy) {
+            self.write_checkpoint(part_dir(dir, index), weight_version)?;
         }
         Ok(())
     }
@@ -588,12 +591,20 @@ impl Trainer {
     ///
     /// # Errors
     /// [`BackendError::Checkpoint`] naming the file that could not be written;
-    /// [`BackendError::InvalidInput`] for a part of a model (tensor or pipeline parallel).
+    /// [`BackendError::InvalidInput`] for an expert-parallel model, whose ranks write their
+    /// parts together ([`Trainer::save_part`], [`DataParallel::save_checkpoint`]).
+    ///
+    /// [`DataParallel::save_checkpoint`]: super::DataParallel::save_checkpoint
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
-        let model = self.core.module()?;
-        if model.is_expert_sharded() {
+        if self.holds_some_experts() {
             return Err(no_expert_checkpoint());
         }
+        self.write_checkpoint(dir, weight_version)
+    }
+
+    /// [`Trainer::save_checkpoint`] of whatever this trainer holds.
+    fn write_checkpoint(&self, dir: impl AsRef<Path>, weight_version: u64) -> Result<PathBuf> {
+        let model = self.core.module()?;
         let meta = CheckpointMeta::new(
             TrainedRole::Actor,
             self.core.step,
