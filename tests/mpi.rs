@@ -14,7 +14,9 @@
 //!    (`model.pipeline_parallel=3`, messages within a sub-group of the job), which must end on
 //!    the same weights too; then two SFT steps before the two GRPO steps (`[sft]`), colocated
 //!    and disaggregated, which must end on the same weights as each other;
-//! 4. runs a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
+//! 4. runs two GRPO steps of a Qwen3-MoE over the three ranks, data parallel with its experts
+//!    whole and with its experts divided among the ranks (`model.expert_parallel=3`), which must
+//!    end on the same weights; then a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
 //!    and checks it against the whole model's forward; then trains it two steps, each rank on its
 //!    own sequences, and checks the gathered model against one trainer's on all of them;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
@@ -88,6 +90,8 @@ fn main() -> ExitCode {
         "rank 1: expert-parallel forward equals the whole model",
         "rank 2: expert-parallel forward equals the whole model",
         "rank 0: expert-parallel training over 3 processes equals one trainer",
+        "rank 0: led 2 GRPO steps with the experts divided over 3 processes",
+        "rank 2: served 2 steps holding Experts",
         "rank 0: tensor-parallel forward and training step equal the whole model's",
         "rank 1: tensor-parallel forward and training step equal the whole model's",
         "rank 0: pipeline stage of layers 0..1 trains as the whole model",
@@ -148,6 +152,12 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
             "SFT then GRPO: disaggregated differs from colocated by {worst}"
         );
         println!("rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike");
+    }
+    if let Some(worst) = expert_parallel_run(&group)? {
+        println!(
+            "rank 0: led 2 GRPO steps with the experts divided over 3 processes, the same \
+             weights as data parallel (max |Δ| {worst:e})"
+        );
     }
     let (worst, trained) = expert_parallel_forward(&group)?;
     println!("rank {rank}: expert-parallel forward equals the whole model (max |Δ| {worst:e})");
@@ -367,8 +377,9 @@ fn grpo_run_across_ranks(
         .load()?;
     if group.rank() > 0 {
         match follow(&config, group.clone())? {
-            Followed::Trained { steps, .. } => {
-                println!("rank {}: served {steps} steps", group.rank())
+            Followed::Trained { steps, part } => {
+                let part = part.map(|p| format!(" holding {p:?}")).unwrap_or_default();
+                println!("rank {}: served {steps} steps{part}", group.rank())
             }
             Followed::Generated(s) => println!(
                 "rank {}: generated for {} steps, serving weight version {} ({} requests)",
@@ -407,6 +418,52 @@ fn grpo_run_across_ranks(
     }
     let _ = std::fs::remove_dir_all(&out);
     Ok(Some(model))
+}
+
+/// Two GRPO steps of a random Qwen3-MoE (written by rank 0, with the fixture's tokenizer) over
+/// the three ranks, data parallel with the experts whole and with the experts divided among the
+/// ranks (`model.expert_parallel=3`: 4 experts as 1 + 1 + 2); rank 0 returns how far apart the
+/// two end.
+fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>> {
+    use roll::backend::{CausalLm, HfConfig, SaveOptions, save_model};
+    let mut path = out_dir("mpi-moe-run")
+        .to_string_lossy()
+        .into_owned()
+        .into_bytes();
+    group.broadcast(&mut path, 0)?;
+    let dir = std::path::PathBuf::from(String::from_utf8(path)?);
+    if group.rank() == 0 {
+        let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, 2, 4);
+        c.num_key_value_heads = Some(2);
+        c.head_dim = Some(16);
+        c.num_experts = Some(4);
+        c.num_experts_per_tok = Some(2);
+        c.moe_intermediate_size = Some(32);
+        c.tie_word_embeddings = true;
+        save_model(
+            &CausalLm::init(&c, &Device::flex())?,
+            &dir,
+            &SaveOptions::default(),
+        )?;
+        for file in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(std::path::Path::new(FIXTURE).join(file), dir.join(file))?;
+        }
+    }
+    group.broadcast(&mut Vec::new(), 0)?; // the model is written
+    let source = format!("model.source.path={}", dir.display());
+    let whole = grpo_run_across_ranks(group, &[&source], false)?;
+    let divided = grpo_run_across_ranks(group, &[&source, "model.expert_parallel=3"], false)?;
+    group.broadcast(&mut Vec::new(), 0)?; // every rank is done with the model
+    let Some((a, b)) = whole.zip(divided) else {
+        return Ok(None);
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let worst = max_diff(&flat(&a), &flat(&b));
+    anyhow::ensure!(
+        worst <= 1e-5,
+        "experts divided over the ranks differ from data parallel by {worst}"
+    );
+    Ok(Some(worst))
 }
 
 /// Rank 0 writes a random Qwen3-MoE for every rank to load; each rank runs its own batch through
