@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{first_digit, out_dir, sums, tiny_rlvr_toml};
+use common::{first_digit, moe_model_dir, out_dir, sums, tiny_rlvr_toml};
 
 /// The tiny RLVR run, synchronous (so that both runs see the same rollouts), with a learning
 /// rate that moves the weights visibly in two steps, and `extra` overrides.
@@ -301,29 +301,6 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
     for dir in outs {
         let _ = std::fs::remove_dir_all(dir);
     }
-}
-
-/// A random Qwen3-MoE (a dense first layer, then four experts of width 32, two per token, and a
-/// shared expert) with the tiny fixture's tokenizer, written as a HF directory under `out`.
-fn moe_model_dir(out: &std::path::Path) -> std::path::PathBuf {
-    use roll::backend::{CausalLm, Device, HfConfig, SaveOptions, save_model};
-    let fixture = std::path::Path::new(common::FIXTURE);
-    let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, 2, 4);
-    c.num_key_value_heads = Some(2);
-    c.head_dim = Some(16);
-    c.num_experts = Some(4);
-    c.num_experts_per_tok = Some(2);
-    c.moe_intermediate_size = Some(32);
-    c.shared_expert_intermediate_size = Some(32);
-    c.mlp_only_layers = Some(vec![0]);
-    c.tie_word_embeddings = true;
-    let model = CausalLm::init(&c, &Device::flex()).expect("model");
-    let dir = out.join("moe-model");
-    save_model(&model, &dir, &SaveOptions::default()).expect("saved");
-    for file in ["tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(fixture.join(file), dir.join(file)).expect("tokenizer");
-    }
-    dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 mod common;
-use common::{FIXTURE, first_digit, out_dir, tiny_rlvr_toml};
+use common::{FIXTURE, first_digit, moe_model_dir, out_dir, tiny_rlvr_toml};
 
 const CHILD: &str = "ROLL_MPI_TEST_RANK";
 
@@ -420,35 +420,25 @@ fn grpo_run_across_ranks(
     Ok(Some(model))
 }
 
-/// Two GRPO steps of a random Qwen3-MoE (written by rank 0, with the fixture's tokenizer) over
+/// Rank 0's `out_dir(name)`, on every rank (each process would name its own).
+fn rank0_dir(group: &Arc<dyn Messenger>, name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let mut path = out_dir(name).to_string_lossy().into_owned().into_bytes();
+    group.broadcast(&mut path, 0)?;
+    Ok(std::path::PathBuf::from(String::from_utf8(path)?))
+}
+
+/// Two GRPO steps of a random Qwen3-MoE (`moe_model_dir`, written by rank 0) over
 /// the three ranks, data parallel with the experts whole and with the experts divided among the
 /// ranks (`model.expert_parallel=3`: 4 experts as 1 + 1 + 2); rank 0 returns how far apart the
 /// two end.
 fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>> {
-    use roll::backend::{CausalLm, HfConfig, SaveOptions, save_model};
-    let mut path = out_dir("mpi-moe-run")
-        .to_string_lossy()
-        .into_owned()
-        .into_bytes();
-    group.broadcast(&mut path, 0)?;
-    let dir = std::path::PathBuf::from(String::from_utf8(path)?);
-    if group.rank() == 0 {
-        let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, 2, 4);
-        c.num_key_value_heads = Some(2);
-        c.head_dim = Some(16);
-        c.num_experts = Some(4);
-        c.num_experts_per_tok = Some(2);
-        c.moe_intermediate_size = Some(32);
-        c.tie_word_embeddings = true;
-        save_model(
-            &CausalLm::init(&c, &Device::flex())?,
-            &dir,
-            &SaveOptions::default(),
-        )?;
-        for file in ["tokenizer.json", "tokenizer_config.json"] {
-            std::fs::copy(std::path::Path::new(FIXTURE).join(file), dir.join(file))?;
-        }
-    }
+    let base = rank0_dir(group, "mpi-moe-run")?;
+    let dir = if group.rank() == 0 {
+        std::fs::create_dir_all(&base)?;
+        moe_model_dir(&base)
+    } else {
+        base.join("moe-model")
+    };
     group.broadcast(&mut Vec::new(), 0)?; // the model is written
     let source = format!("model.source.path={}", dir.display());
     let whole = grpo_run_across_ranks(group, &[&source], false)?;
@@ -457,7 +447,7 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>
     let Some((a, b)) = whole.zip(divided) else {
         return Ok(None);
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&base);
     let worst = max_diff(&flat(&a), &flat(&b));
     anyhow::ensure!(
         worst <= 1e-5,
@@ -475,13 +465,7 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>
 fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<(f32, Option<f32>)> {
     use roll::backend::{CausalLm, HfConfig, PaddingSide, SaveOptions, TokenBatch, save_model};
     let device = Device::flex();
-    // Rank 0's directory (each process would name its own).
-    let mut path = out_dir("mpi-moe")
-        .to_string_lossy()
-        .into_owned()
-        .into_bytes();
-    group.broadcast(&mut path, 0)?;
-    let dir = std::path::PathBuf::from(String::from_utf8(path)?);
+    let dir = rank0_dir(group, "mpi-moe")?;
     if group.rank() == 0 {
         let mut config = HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
         config.num_key_value_heads = Some(2);

@@ -100,16 +100,8 @@ fn an_expert_parallel_model_refuses_lora_an_engine_saving_and_a_lone_checkpoint(
     let strategy: Arc<dyn Strategy> = Arc::new(group[0].clone());
     let shard = model.clone().shard_experts(strategy.clone()).unwrap();
     let device = Device::flex();
-    let lora = TrainerConfig {
-        lora: Some(LoraConfig {
-            rank: 2,
-            alpha: 4.0,
-            target_modules: vec!["q_proj".into()],
-        }),
-        ..Default::default()
-    };
     let refusals = [
-        Trainer::new(shard.clone(), lora, &device)
+        Trainer::new(shard.clone(), lora_config(), &device)
             .err()
             .map(|e| e.to_string()),
         Engine::for_model(&shard, &device, EngineConfig::default(), None)
@@ -532,6 +524,18 @@ fn train_batch(model: &CausalLm, seed: u64) -> TrainBatch {
     TrainBatch::new(seqs).unwrap()
 }
 
+/// LoRA on the query projections, which a model divided among ranks refuses.
+fn lora_config() -> TrainerConfig {
+    TrainerConfig {
+        lora: Some(LoraConfig {
+            rank: 2,
+            alpha: 4.0,
+            target_modules: vec!["q_proj".into()],
+        }),
+        ..Default::default()
+    }
+}
+
 /// Clipping active (the global norm sums the ranks' own parts' squares over the group), a
 /// learning rate that moves the weights well past the tolerance.
 fn step_config() -> TrainerConfig {
@@ -643,14 +647,7 @@ fn model_parallel_refusals_name_the_cause() {
         "{}",
         errors[0]
     );
-    let lora = TrainerConfig {
-        lora: Some(LoraConfig {
-            rank: 2,
-            alpha: 4.0,
-            target_modules: vec!["q_proj".into()],
-        }),
-        ..Default::default()
-    };
+    let lora = lora_config();
     let error = |r: Result<_, roll_backend_burn::BackendError>| r.err().map(|e| e.to_string());
     let errors = on_ranks(1, |link| {
         let parts = [

@@ -76,3 +76,26 @@ pub fn sums() -> impl Iterator<Item = Prompt> + Send {
             .with_ground_truth((a + b).to_string())
     })
 }
+
+/// A random Qwen3-MoE (a dense first layer, then four experts of width 32, two per token, and a
+/// shared expert) with the tiny fixture's tokenizer, written as a HF directory under `out`.
+pub fn moe_model_dir(out: &std::path::Path) -> std::path::PathBuf {
+    use roll::backend::{CausalLm, Device, HfConfig, SaveOptions, save_model};
+    let fixture = std::path::Path::new(FIXTURE);
+    let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, 2, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(16);
+    c.num_experts = Some(4);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(32);
+    c.shared_expert_intermediate_size = Some(32);
+    c.mlp_only_layers = Some(vec![0]);
+    c.tie_word_embeddings = true;
+    let model = CausalLm::init(&c, &Device::flex()).expect("model");
+    let dir = out.join("moe-model");
+    save_model(&model, &dir, &SaveOptions::default()).expect("saved");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).expect("tokenizer");
+    }
+    dir
+}

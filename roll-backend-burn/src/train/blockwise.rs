@@ -59,17 +59,13 @@ pub(crate) fn tensor_parallel_gradients(
         }
     }
     let mut grads = GradientsParams::new();
+    let (mut delta, metrics) = objective_at_top(model, x, objective, &mut grads)?;
     let mut add = |g: GradientsParams| merge(&mut grads, g, model);
-    let top = x.autodiff().require_grad();
-    let (loss, metrics) = objective(top.clone())?;
-    let mut backward = loss.backward();
-    let mut delta = top.grad(&backward).ok_or_else(no_gradient)?;
-    add(GradientsParams::from_grads(backward, model));
     for (i, input) in inputs.into_iter().enumerate().rev() {
         let (dims, device) = (input.dims(), input.device());
         let leaf = input.autodiff().require_grad();
         let out = model.block(i / 2, i % 2 == 1, leaf.clone(), &at);
-        backward = (out * delta.clone().autodiff()).sum().backward();
+        let backward = (out * delta.clone().autodiff()).sum().backward();
         // A rank's part of a mixture whose experts got none of these tokens does not depend on
         // its input: its part of the input's gradient is zero (the group still sums it).
         let mine = leaf
@@ -78,9 +74,30 @@ pub(crate) fn tensor_parallel_gradients(
         add(GradientsParams::from_grads(backward, model));
         delta = delta + shard.summed(mine)?;
     }
-    backward = (at.embedded * delta.autodiff()).sum().backward();
-    add(GradientsParams::from_grads(backward, model));
+    add(embedding_gradients(model, at.embedded, delta));
     Ok((grads, metrics))
+}
+
+/// The objective on the last layer's output `x` as a leaf of the autodiff graph: `δ`, the
+/// gradient of the loss with respect to `x`, and the metrics; the gradients of what the
+/// objective reads (final norm, LM head, a tied embedding) are added to `grads`.
+fn objective_at_top(
+    model: &CausalLm,
+    x: Tensor<3>,
+    objective: impl FnOnce(Tensor<3>) -> Result<(Tensor<1>, PolicyMetrics)>,
+    grads: &mut GradientsParams,
+) -> Result<(Tensor<3>, PolicyMetrics)> {
+    let top = x.autodiff().require_grad();
+    let (loss, metrics) = objective(top.clone())?;
+    let backward = loss.backward();
+    let delta = top.grad(&backward).ok_or_else(no_gradient)?;
+    merge(grads, GradientsParams::from_grads(backward, model), model);
+    Ok((delta, metrics))
+}
+
+/// The embedding's gradients from `δ` at the first layer's input.
+fn embedding_gradients(model: &CausalLm, embedded: Tensor<3>, delta: Tensor<3>) -> GradientsParams {
+    GradientsParams::from_grads((embedded * delta.autodiff()).sum().backward(), model)
 }
 
 /// One micro-batch's gradients and metrics for an expert-parallel model on the autodiff device
@@ -143,12 +160,8 @@ pub(crate) fn expert_parallel_gradients(
             x = x + out;
         }
     }
+    let (mut delta, metrics) = objective_at_top(model, x, objective, &mut grads)?;
     let mut add = |g: GradientsParams| merge(&mut grads, g, model);
-    let top = x.autodiff().require_grad();
-    let (loss, metrics) = objective(top.clone())?;
-    let mut backward = loss.backward();
-    let mut delta = top.grad(&backward).ok_or_else(no_gradient)?;
-    add(GradientsParams::from_grads(backward, model));
     for (i, input) in inputs.into_iter().enumerate().rev() {
         let (l, feed_forward) = (i / 2, i % 2 == 1);
         let [b, t, h] = input.dims();
@@ -165,7 +178,7 @@ pub(crate) fn expert_parallel_gradients(
                 ((out * delta.clone().autodiff()).sum(), None)
             }
         };
-        backward = surrogate.backward();
+        let backward = surrogate.backward();
         let mine = leaf.grad(&backward).ok_or_else(no_gradient)?;
         add(GradientsParams::from_grads(backward, model));
         if let Some(experts) = experts {
@@ -173,8 +186,7 @@ pub(crate) fn expert_parallel_gradients(
         }
         delta = delta + mine;
     }
-    backward = (at.embedded * delta.autodiff()).sum().backward();
-    add(GradientsParams::from_grads(backward, model));
+    add(embedding_gradients(model, at.embedded, delta));
     Ok((grads, Some(metrics)))
 }
 
