@@ -374,6 +374,32 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             assert!(worst <= 1e-5, "{name} resumed differs by {worst}");
         }
     }
+    // The experts divided among two training ranks beside a rollout rank, which generates with
+    // the whole model gathered after each step.
+    let out = out_dir("moe-experts-across-rollout");
+    let overrides = [
+        source.as_str(),
+        "model.expert_parallel=2",
+        "rollout.ranks=1",
+    ];
+    let (reports, model, served) = led_run(config(&out, &overrides), 3).await;
+    outs.push(out);
+    same_steps(
+        &alone_reports,
+        &reports,
+        &["actor/trained_tokens", "actor/sequences"],
+    );
+    let trained = Followed::Trained {
+        steps: 2,
+        part: Some(PartKind::Experts),
+    };
+    assert_eq!(served[0], trained, "{served:?}");
+    assert!(
+        matches!(served[1], Followed::Generated(s) if s.version.0 == 2),
+        "{served:?}"
+    );
+    let worst = max_param_diff(&alone_model, &model);
+    assert!(worst <= 1e-5, "beside a rollout rank: differs by {worst}");
     for dir in outs {
         let _ = std::fs::remove_dir_all(dir);
     }
