@@ -92,17 +92,19 @@ pub enum Placement {
     },
 }
 
-/// How the ranks of one copy of the actor hold it, in a job whose trainers are tensor- or
-/// pipeline-parallel, and the data-parallel group the copies form.
+/// How the ranks of one copy of the actor hold it, in a job whose trainers are tensor-,
+/// pipeline- or expert-parallel, and the group of the ranks holding the same part.
 #[derive(Clone)]
 pub struct ModelParts {
-    /// Slices of every layer ([`CausalLm::shard_tensors`]) or stages
-    /// ([`CausalLm::split_stages`]).
+    /// Slices of every layer ([`CausalLm::shard_tensors`]), stages
+    /// ([`CausalLm::split_stages`]) or blocks of experts ([`CausalLm::shard_experts`]).
     pub kind: PartKind,
     /// The ranks of this copy, this one among them.
     pub group: Arc<dyn Messenger>,
-    /// The copies' data-parallel group: this rank and the ranks holding the same part of the
-    /// other copies.
+    /// This rank and the ranks holding the same part of the other copies: the copies'
+    /// data-parallel group — but for [`PartKind::Experts`], whose copies' ranks hold different
+    /// tokens, so that every training rank is one data-parallel group and these ranks only sum
+    /// their experts' gradients ([`ModelParts::data_parallel`]).
     pub data: Arc<dyn Strategy>,
 }
 
@@ -118,8 +120,8 @@ pub enum PartKind {
     /// Pipeline parallelism: each rank a stage, a block of the layers.
     Pipeline,
     /// Expert parallelism across the data-parallel ranks: each rank a block of every mixture's
-    /// experts and the rest whole, and its own tokens ([`CausalLm::shard_experts`]); the copy
-    /// is the data-parallel group itself.
+    /// experts and the rest whole, and its own tokens ([`CausalLm::shard_experts`]); the
+    /// copies side by side make one data-parallel group.
     Experts,
 }
 
@@ -143,7 +145,18 @@ impl ModelParts {
         match self.kind {
             PartKind::Tensor { experts } => model.shard_tensors(self.group.clone(), experts),
             PartKind::Pipeline => model.split_stages(self.group.clone()),
-            PartKind::Experts => model.shard_experts(self.group.clone()),
+            PartKind::Experts => model
+                .shard_experts(self.group.clone())?
+                .with_expert_replicas(self.data.clone()),
+        }
+    }
+
+    /// The data-parallel group a trainer holding this part joins: [`ModelParts::data`], or,
+    /// for [`PartKind::Experts`], `all` the training ranks.
+    pub fn data_parallel(&self, all: &Arc<dyn Strategy>) -> Arc<dyn Strategy> {
+        match self.kind {
+            PartKind::Experts => all.clone(),
+            _ => self.data.clone(),
         }
     }
 }
@@ -198,9 +211,10 @@ impl Placement {
                 group,
                 parts,
             } => {
+                let all: Arc<dyn Strategy> = group.clone();
                 let data = parts
                     .as_ref()
-                    .map_or_else(|| group.clone(), |p| p.data.clone());
+                    .map_or(all.clone(), |p| p.data_parallel(&all));
                 DataParallel::leader_of(replica(device_for(*device)?)?, group.clone(), data)
             }
         }

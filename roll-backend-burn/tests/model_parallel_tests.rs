@@ -153,12 +153,13 @@ fn an_expert_parallel_model_refuses_lora_an_engine_saving_and_a_lone_checkpoint(
 
 #[test]
 fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
-    // Each rank trains its own shard of every batch with its block of the experts (rank 0 one
+    // Each rank trains its own shard of every batch with its block of the experts; routed
+    // tokens travel to their experts and back, forward and backward. Two ranks (rank 0 one
     // sequence, rank 1 three, one micro-batch each: rank 0 serves its experts through rank 1's
-    // extra micro-batches); routed tokens travel to their experts and back, forward and
-    // backward. Against the whole trainer on the whole batch: the gradients after the
-    // all-reduce (the experts' need none), the reports and the weights after two clipped steps,
-    // and the whole model gathered from the ranks.
+    // extra micro-batches), and four: two copies of the two blocks side by side, one sequence
+    // each, the experts' gradients summed over the ranks holding the same block. Against the
+    // whole trainer on the whole batch: the gradients after the all-reduce, the reports and
+    // the weights after two clipped steps, and the whole model gathered from each copy.
     let model = qwen3_moe();
     let config = TrainerConfig {
         micro_batch_size: Some(1),
@@ -174,27 +175,76 @@ fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
         max_abs_diff_by_id(&by_id(&model, None), &want.1) > 1e-4,
         "the steps move the weights"
     );
-    let ranks = on_ranks(2, |group| {
-        let rank = group.rank();
-        let strategy: Arc<dyn Strategy> = group;
-        let part = model.clone().shard_experts(strategy.clone()).unwrap();
-        let mut trainer = Trainer::new(part, config.clone(), &Device::flex())
-            .unwrap()
-            .with_strategy(strategy);
-        assert_eq!(trainer.kernels(), TrainKernels::Autodiff);
-        let mine: Vec<TrainBatch> = batches
-            .iter()
-            .map(|b| {
-                let (first, rest) = b.sequences().split_at(1);
-                TrainBatch::new(if rank == 0 { first } else { rest }.to_vec()).unwrap()
-            })
-            .collect();
-        let steps: Vec<_> = mine.iter().map(|b| step(&mut trainer, b)).collect();
-        let params = by_id(&trainer.inference_model().unwrap(), None);
-        let gathered = support::params(&trainer.whole_model().unwrap());
-        (rank, (steps, params), gathered)
-    });
     let whole_params = want.1.len();
+    for ranks in [2, 4] {
+        let per_rank = on_ranks(ranks, |group| {
+            let rank = group.rank();
+            // Copy `c` is ranks `2c, 2c + 1`; block `b`'s replicas are ranks `b, b + 2`.
+            let mut copy = None;
+            let mut replicas = None;
+            if ranks == 4 {
+                for c in [[0, 1], [2, 3]] {
+                    copy = copy.or(group.subgroup(&c).unwrap());
+                }
+                for b in [[0, 2], [1, 3]] {
+                    replicas = replicas.or(group.subgroup(&b).unwrap());
+                }
+            }
+            let experts: Arc<dyn Strategy> = copy.unwrap_or_else(|| group.clone());
+            let mut part = model.clone().shard_experts(experts).unwrap();
+            if let Some(replicas) = replicas {
+                part = part.with_expert_replicas(replicas).unwrap();
+            }
+            let mut trainer = Trainer::new(part, config.clone(), &Device::flex())
+                .unwrap()
+                .with_strategy(group);
+            assert_eq!(trainer.kernels(), TrainKernels::Autodiff);
+            let mine: Vec<TrainBatch> = batches
+                .iter()
+                .map(|b| {
+                    let seqs = b.sequences();
+                    let mine = match (ranks, rank) {
+                        (2, 0) => &seqs[..1],
+                        (2, _) => &seqs[1..],
+                        _ => &seqs[rank..=rank],
+                    };
+                    TrainBatch::new(mine.to_vec()).unwrap()
+                })
+                .collect();
+            let steps: Vec<_> = mine.iter().map(|b| step(&mut trainer, b)).collect();
+            let params = by_id(&trainer.inference_model().unwrap(), None);
+            let gathered = support::params(&trainer.whole_model().unwrap());
+            (rank % 2, (steps, params), gathered)
+        });
+        check_expert_ranks(&want, &want_gathered, whole_params, per_rank);
+    }
+    // Outside the group that holds its experts, an expert-parallel model does not train.
+    let errors = on_ranks(2, |group| {
+        let strategy: Arc<dyn Strategy> = group;
+        let part = model.clone().shard_experts(strategy).unwrap();
+        let mut alone = Trainer::new(part, config.clone(), &Device::flex()).unwrap();
+        alone
+            .step(&batches[0], &Objective::default())
+            .unwrap_err()
+            .to_string()
+    });
+    for err in errors {
+        assert!(
+            err.contains("data-parallel group that holds its experts")
+                && err.contains("rank 0 of 1"),
+            "{err}"
+        );
+    }
+}
+
+/// Checks each expert-parallel rank's steps, weights and gathered model (by its block `rank`)
+/// against the whole trainer's.
+fn check_expert_ranks(
+    want: &Trained,
+    want_gathered: &std::collections::BTreeMap<String, Vec<f32>>,
+    whole_params: usize,
+    ranks: Vec<(usize, Trained, std::collections::BTreeMap<String, Vec<f32>>)>,
+) {
     for (rank, (steps, params), gathered) in ranks {
         let worst = want_gathered
             .iter()
@@ -223,23 +273,6 @@ fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
             );
         }
         assert_slices("weights", &want.1, &params, rank, 1e-5);
-    }
-    // Outside the group that holds its experts, an expert-parallel model does not train.
-    let errors = on_ranks(2, |group| {
-        let strategy: Arc<dyn Strategy> = group;
-        let part = model.clone().shard_experts(strategy).unwrap();
-        let mut alone = Trainer::new(part, config.clone(), &Device::flex()).unwrap();
-        alone
-            .step(&batches[0], &Objective::default())
-            .unwrap_err()
-            .to_string()
-    });
-    for err in errors {
-        assert!(
-            err.contains("data-parallel group that holds its experts")
-                && err.contains("rank 0 of 1"),
-            "{err}"
-        );
     }
 }
 

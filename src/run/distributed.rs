@@ -113,18 +113,6 @@ impl Roles {
         let trainers = world_size - rollout;
         if let Some((kind, width)) = plan.model.parts {
             let key = part_key(kind);
-            if kind == PartKind::Experts && width != trainers {
-                return Err(Error::InvalidValue {
-                    key: key.into(),
-                    value: width.to_string(),
-                    allowed: format!(
-                        "{trainers}, the training processes (the job's {world_size} less \
-                         `rollout.ranks`): without tensor parallelism the experts are divided \
-                         among all of them, each training its own tokens"
-                    ),
-                    origin: None,
-                });
-            }
             if !trainers.is_multiple_of(width) {
                 return Err(Error::InvalidValue {
                     key: key.into(),
@@ -181,20 +169,6 @@ impl Roles {
         let mut copy = None;
         for c in 0..trainers / width {
             copy = copy.or(job.subgroup(&(c * width..(c + 1) * width).collect::<Vec<_>>())?);
-        }
-        if kind == PartKind::Experts {
-            // One copy, whose ranks hold different tokens: it is its own data-parallel group.
-            return Ok(match (all, copy) {
-                (Some(all), Some(group)) => Some(TrainerGroups {
-                    all,
-                    parts: Some(ModelParts {
-                        kind,
-                        data: group.clone(),
-                        group,
-                    }),
-                }),
-                _ => None,
-            });
         }
         let mut data = None;
         for p in 0..width {
@@ -330,7 +304,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     let data = trainers
         .parts
         .as_ref()
-        .map_or_else(|| all.clone(), |p| p.data.clone());
+        .map_or(all.clone(), |p| p.data_parallel(&all));
     let mut steps = 0;
     loop {
         let trainer = match &start.actor {

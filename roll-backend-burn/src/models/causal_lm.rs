@@ -217,6 +217,41 @@ impl CausalLm {
         Ok(Self::Qwen3Moe(m))
     }
 
+    /// An expert-parallel model ([`CausalLm::shard_experts`]) whose group is one of several
+    /// that train data-parallel: `replicas` are the ranks holding the same experts as this one
+    /// in every group (this rank among them, in group order), over which the experts' gradients
+    /// are summed; the other parameters are summed over the whole data-parallel group, which
+    /// the trainer joins ([`Trainer::with_strategy`](crate::train::Trainer::with_strategy)).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a model that is not expert-parallel.
+    pub fn with_expert_replicas(self, replicas: Arc<dyn Strategy>) -> Result<Self> {
+        let Self::Qwen3Moe(mut m) = self else {
+            return Err(not_expert_parallel());
+        };
+        let mut found = false;
+        for layer in &mut m.model.layers {
+            if let FeedForward::Sparse(block) = &mut layer.mlp
+                && let Some(shard) = block.shard.take()
+            {
+                block.shard = Some(shard.with_replicas(replicas.clone()));
+                found = true;
+            }
+        }
+        if !found {
+            return Err(not_expert_parallel());
+        }
+        Ok(Self::Qwen3Moe(m))
+    }
+
+    /// The ranks holding the same experts in the other groups of a data-parallel job
+    /// ([`CausalLm::with_expert_replicas`]); `None` without.
+    pub(crate) fn expert_replicas(&self) -> Option<Arc<dyn Strategy>> {
+        let l = (0..self.held_layers()).find(|&l| self.expert_parallel_mixture(l).is_some())?;
+        let (_, block) = self.expert_parallel_mixture(l)?;
+        block.shard.as_ref()?.replicas().cloned()
+    }
+
     /// Layer `l`'s feed-forward norm and mixture when the mixture is expert-parallel
     /// ([`CausalLm::shard_experts`]); `None` for any other layer or model.
     pub(crate) fn expert_parallel_mixture(
@@ -483,6 +518,12 @@ impl CausalLm {
     pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
         self.logits(self.forward_hidden(batch))
     }
+}
+
+fn not_expert_parallel() -> BackendError {
+    BackendError::InvalidInput(
+        "expert replicas need an expert-parallel model (CausalLm::shard_experts first)".into(),
+    )
 }
 
 /// Every float parameter id of `module`, in visit order.

@@ -35,6 +35,9 @@ use std::sync::Arc;
 pub struct ExpertShard {
     group: Arc<dyn Strategy>,
     num_experts: usize,
+    /// Where several such groups train data-parallel: the ranks holding the same experts in
+    /// the others (this one among them), over which the experts' gradients are summed.
+    replicas: Option<Arc<dyn Strategy>>,
 }
 
 impl std::fmt::Debug for ExpertShard {
@@ -50,7 +53,22 @@ impl ExpertShard {
     /// This rank's share of `num_experts` experts over `group`; `None` when the group has more
     /// ranks than experts (a rank would hold none).
     pub(crate) fn new(group: Arc<dyn Strategy>, num_experts: usize) -> Option<Self> {
-        (group.world_size() <= num_experts).then_some(Self { group, num_experts })
+        (group.world_size() <= num_experts).then_some(Self {
+            group,
+            num_experts,
+            replicas: None,
+        })
+    }
+
+    /// The ranks holding the same experts in the other groups of a data-parallel job, if any.
+    pub(crate) fn replicas(&self) -> Option<&Arc<dyn Strategy>> {
+        self.replicas.as_ref()
+    }
+
+    /// This shard, with `replicas` as the ranks holding the same experts in the other groups.
+    pub(crate) fn with_replicas(mut self, replicas: Arc<dyn Strategy>) -> Self {
+        self.replicas = Some(replicas);
+        self
     }
 
     /// The experts rank `rank` holds.

@@ -4,7 +4,7 @@
 use super::adamw::{FusedAdamW, GradScale};
 use super::clip::{clip_coefficient, global_grad_norm, squared_norms};
 use super::config::TrainerConfig;
-use super::group::Group;
+use super::group::{Group, Summed};
 use super::lora::TrainerRng;
 use super::schedule::lr_at;
 use crate::models::{PaddingSide, TokenBatch};
@@ -422,9 +422,11 @@ pub(crate) struct Core<M: Module> {
     /// rank's slices, a pipeline stage's layers), and which those are on this rank: their squared
     /// gradients are summed over the group for the global norm.
     parts: Option<(Arc<dyn Strategy>, HashSet<ParamId>)>,
-    /// The parameters no other replica of the data-parallel group holds (an expert-parallel
-    /// replica's experts): left out of the gradient all-reduce.
+    /// The parameters the data-parallel group's other ranks do not all hold (an
+    /// expert-parallel replica's experts): left out of the gradient all-reduce, and summed over
+    /// `expert_replicas` (the ranks holding the same ones) when there are several.
     unreplicated: HashSet<ParamId>,
+    expert_replicas: Option<Group>,
 }
 
 impl<M: Module> Core<M> {
@@ -443,6 +445,7 @@ impl<M: Module> Core<M> {
             group: None,
             parts: None,
             unreplicated: HashSet::new(),
+            expert_replicas: None,
         }
     }
 
@@ -453,12 +456,27 @@ impl<M: Module> Core<M> {
     }
 
     /// Makes this trainer one replica of an expert-parallel model whose experts are divided
-    /// over `group` — which must be its data-parallel group — with `own` this replica's
-    /// experts' parameters: their gradients are not summed over the group (no other replica
-    /// holds them), and their squares are, for the global norm.
-    pub(crate) fn own_experts(&mut self, group: Arc<dyn Strategy>, own: Vec<ParamId>) {
+    /// over `group` (its data-parallel group, or one of several copies of it there), with
+    /// `own` this replica's experts' parameters: their gradients are summed over `replicas`
+    /// (the ranks holding the same experts; none: no other rank does) rather than the whole
+    /// data-parallel group, and their squares over `group`, for the global norm.
+    pub(crate) fn own_experts(
+        &mut self,
+        group: Arc<dyn Strategy>,
+        own: Vec<ParamId>,
+        replicas: Option<Arc<dyn Strategy>>,
+    ) {
         self.unreplicated = own.iter().copied().collect();
+        self.expert_replicas = replicas.map(Group::new);
         self.own_parts(group, own);
+    }
+
+    /// The size of the group of ranks holding this replica's experts, and this one's rank
+    /// there (`(0, 1)` without).
+    pub(crate) fn expert_replica_place(&self) -> (usize, usize) {
+        self.expert_replicas
+            .as_ref()
+            .map_or((0, 1), |g| (g.rank(), g.world_size()))
     }
 
     /// This trainer's rank and the size of its data-parallel group (`(0, 1)` alone).
@@ -520,7 +538,16 @@ impl<M: Module> Core<M> {
         let grads = match &self.group {
             Some(group) => {
                 group.sum_metrics(&mut loss, &mut sums)?;
-                group.sum_gradients(self.module()?, grads, &self.unreplicated, &self.device)?
+                let module = self.module()?;
+                let all_but = Summed::AllBut(&self.unreplicated);
+                let grads = group.sum_gradients(module, grads, all_but, &self.device)?;
+                match &self.expert_replicas {
+                    Some(replicas) => {
+                        let only = Summed::Only(&self.unreplicated);
+                        replicas.sum_gradients(module, grads, only, &self.device)?
+                    }
+                    None => grads,
+                }
             }
             None => grads,
         };

@@ -109,14 +109,14 @@ impl Group {
 
     /// The group's summed gradients of `module`'s trainable parameters. A parameter that has a
     /// gradient on no replica gets none (as in a single process: AdamW leaves it alone); one that
-    /// has a gradient on some replica counts zeros for the others. The parameters in `own` —
-    /// an expert-parallel replica's experts, which no other replica holds — keep this
-    /// replica's gradients (already every replica's tokens').
+    /// has a gradient on some replica counts zeros for the others. Only the parameters
+    /// `summed` selects are summed; the others keep this replica's gradients (an
+    /// expert-parallel replica's experts, which the group's other ranks do not hold).
     pub(crate) fn sum_gradients<M: Module>(
         &self,
         module: &M,
         grads: GradientsParams,
-        own: &HashSet<ParamId>,
+        summed: Summed<'_>,
         device: &Device,
     ) -> Result<GradientsParams> {
         if !self.shared() {
@@ -124,7 +124,7 @@ impl Group {
         }
         let mut flat = Flatten {
             grads: &grads,
-            own,
+            summed,
             present: Vec::new(),
             values: Vec::new(),
             failed: None,
@@ -143,7 +143,7 @@ impl Group {
         let mut unflatten = Unflatten {
             grads: GradientsParams::new(),
             local: &grads,
-            own,
+            summed,
             present: &present,
             values: &values,
             param: 0,
@@ -172,10 +172,27 @@ fn trainable<const D: usize>(param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
 
 /// Every trainable parameter's gradient (zeros where it has none) end to end, and a presence
 /// flag per parameter.
+/// Which parameters' gradients a sum over the group takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Summed<'a> {
+    /// Every parameter's but these.
+    AllBut(&'a HashSet<ParamId>),
+    /// These parameters' only.
+    Only(&'a HashSet<ParamId>),
+}
+
+impl Summed<'_> {
+    fn takes(self, id: &ParamId) -> bool {
+        match self {
+            Self::AllBut(ids) => !ids.contains(id),
+            Self::Only(ids) => ids.contains(id),
+        }
+    }
+}
+
 struct Flatten<'a> {
     grads: &'a GradientsParams,
-    /// Left out of the sum.
-    own: &'a HashSet<ParamId>,
+    summed: Summed<'a>,
     present: Vec<f32>,
     values: Vec<f32>,
     failed: Option<BackendError>,
@@ -186,7 +203,7 @@ impl ModuleVisitor for Flatten<'_> {
         let Some(value) = trainable(param) else {
             return;
         };
-        if self.own.contains(&param.id) {
+        if !self.summed.takes(&param.id) {
             return;
         }
         match self.grads.get::<D>(param.id) {
@@ -213,9 +230,9 @@ impl ModuleVisitor for Flatten<'_> {
 /// Registers the summed gradients of the parameters that have one somewhere in the group.
 struct Unflatten<'a> {
     grads: GradientsParams,
-    /// This replica's gradients: those of `own` are kept as they are.
+    /// This replica's gradients: those the sum does not take are kept as they are.
     local: &'a GradientsParams,
-    own: &'a HashSet<ParamId>,
+    summed: Summed<'a>,
     present: &'a [f32],
     values: &'a [f32],
     param: usize,
@@ -228,7 +245,7 @@ impl ModuleVisitor for Unflatten<'_> {
         let Some(value) = trainable(param) else {
             return;
         };
-        if self.own.contains(&param.id) {
+        if !self.summed.takes(&param.id) {
             if let Some(g) = self.local.get::<D>(param.id) {
                 self.grads.register::<D>(param.id, g);
             }

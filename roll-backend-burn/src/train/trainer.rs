@@ -213,7 +213,8 @@ impl Trainer {
             let own = model.own_params();
             self.core.own_parts(group, own);
         } else if let Some((group, own)) = model.expert_parallel_part() {
-            self.core.own_experts(group, own);
+            let replicas = model.expert_replicas();
+            self.core.own_experts(group, own, replicas);
         }
         Ok(())
     }
@@ -236,7 +237,10 @@ impl Trainer {
     /// # Errors
     /// As [`Trainer::save_checkpoint`].
     pub fn save_part(&self, dir: &Path, weight_version: u64) -> Result<()> {
-        let first_copy = self.core.data_rank() == 0 || self.holds_some_experts();
+        let first_copy = match self.holds_some_experts() {
+            true => self.core.expert_replica_place().0 == 0,
+            false => self.core.data_rank() == 0,
+        };
         if let (Some(index), true) = (self.part_index(), first_copy) {
             self.write_checkpoint(part_dir(dir, index), weight_version)?;
         }
@@ -382,14 +386,18 @@ impl Trainer {
             )
         };
         if let Some((experts, _)) = model.expert_parallel_part() {
+            // The data-parallel group is the experts' group, or its copies side by side: rank
+            // `c·E + r` holds block `r` in copy `c` (`c` its rank among the replicas).
             let (rank, ranks) = self.core.data_place();
-            if (rank, ranks) != (experts.rank(), experts.world_size()) {
+            let (copy, copies) = self.core.expert_replica_place();
+            let (e, width) = (experts.rank(), experts.world_size());
+            if (rank, ranks) != (copy * width + e, copies * width) {
                 return Err(BackendError::InvalidInput(format!(
                     "an expert-parallel model trains in the data-parallel group that holds its \
                      experts (Trainer::with_strategy with the group given to \
-                     CausalLm::shard_experts): its experts are on {} ranks, this trainer is \
-                     rank {rank} of {ranks}",
-                    experts.world_size()
+                     CausalLm::shard_experts, or with its copies, each rank's replicas given to \
+                     CausalLm::with_expert_replicas): its experts are on {width} ranks in \
+                     {copies} copies, this trainer is rank {rank} of {ranks}"
                 )));
             }
             // Every rank runs each micro-batch index together; one with fewer serves the others.

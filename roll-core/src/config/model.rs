@@ -45,8 +45,9 @@ pub struct ModelConfig {
     /// as Megatron's all-gather dispatcher does). Without tensor or pipeline parallelism, a value
     /// above 1 divides the experts among the training processes themselves, which hold
     /// different tokens (data parallel): each routed token travels to its expert's process and
-    /// back, forward and backward (GShard's all-to-all); it must then equal the number of
-    /// training processes. Qwen3-MoE only (a dense model refuses a value above 1); the experts
+    /// back, forward and backward (GShard's all-to-all); it must then divide the training
+    /// processes, which form copies of `expert_parallel` consecutive processes side by side,
+    /// the experts' gradients summed over the processes holding the same ones. Qwen3-MoE only (a dense model refuses a value above 1); the experts
     /// must divide. Default `1`. ROLL: `expert_model_parallel_size`.
     #[serde(default = "one")]
     pub expert_parallel: u32,
