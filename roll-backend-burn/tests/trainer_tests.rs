@@ -996,9 +996,17 @@ fn a_follower_trains_the_steps_its_leader_announces() {
         assert!((led.loss - one.loss).abs() < 1e-5);
     }
     let led = leader.first().inference_model().unwrap();
-    drop(leader); // releases the follower
+    // Released before the drop (a run's SFT stage, before its RL stage leads the same ranks):
+    // the follower returns, and the group refuses a step rather than wait for it.
+    leader.release().unwrap();
     let (steps, followed) = follower.join().unwrap();
     assert_eq!(steps, 3);
+    let err = leader
+        .step(&batches[0], &objective)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("were released"), "{err}");
+    drop(leader);
     assert_bitwise_equal(&led, &followed);
     let (d, at) = max_diff(&params(&led), &params(&alone.inference_model().unwrap()));
     assert!(

@@ -121,7 +121,8 @@ impl Trainer {
     /// same batch, on either path (on Burn's autodiff block by block, or stage by stage); an
     /// expert-parallel model ([`CausalLm::shard_experts`]) trains on Burn's autodiff path, one
     /// replica of the data-parallel group that holds its experts ([`Trainer::with_strategy`]
-    /// with that group), each rank on its own shard of the batch. With LoRA,
+    /// with that group, or with several copies of it side by side:
+    /// [`CausalLm::with_expert_replicas`]), each rank on its own shard of the batch. With LoRA,
     /// [`BackendError::InvalidInput`].
     pub fn new(model: CausalLm, config: TrainerConfig, device: &Device) -> Result<Self> {
         if let (Some(what), Some(_)) = (model.sharding(), &config.lora) {
@@ -232,7 +233,7 @@ impl Trainer {
 
     /// Writes this rank's part of a checkpoint of a tensor-, pipeline- or expert-parallel model
     /// under `dir` ([`part_dir`]), if it belongs to the first copy (the other copies hold the
-    /// same parts; the ranks dividing the experts are all one copy); nothing for a whole model.
+    /// same parts); nothing for a whole model.
     ///
     /// # Errors
     /// As [`Trainer::save_checkpoint`].
