@@ -615,17 +615,10 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
 #[test]
 fn what_a_run_across_processes_does_not_take_is_refused_on_every_rank() {
     let out = out_dir("distributed-refused");
-    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
     let mut two = config(&out, &[]);
     two.model.data_parallel = 2;
-    let err = build(two.clone())
-        .lead(Arc::new(ranks[0].clone()))
-        .build()
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(err.contains("model.data_parallel"), "{err}");
     // A follower that cannot start tells the group, so the leader is not left waiting.
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
     let err = follow(&two, Arc::new(ranks[1].clone()))
         .unwrap_err()
         .to_string();
@@ -636,6 +629,37 @@ fn what_a_run_across_processes_does_not_take_is_refused_on_every_rank() {
         err.contains("replica 1 of 2 failed") && err.contains("rank 1 (actor trainer)"),
         "{err}"
     );
+    // Nor is a follower left waiting by a leader that cannot start: the config refused, or
+    // anything else its build refuses (here: an RLVR run without prompts).
+    for (leader, expected) in [
+        (build(two.clone()), "model.data_parallel"),
+        (
+            RunBuilder::new(config(&out, &[])).reward("first_digit", first_digit),
+            "prompts",
+        ),
+    ] {
+        let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
+        let follower = {
+            let (config, link) = (config(&out, &[]), ranks[1].clone());
+            std::thread::spawn(move || follow(&config, Arc::new(link)))
+        };
+        let err = leader
+            .lead(Arc::new(ranks[0].clone()))
+            .build()
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(expected), "{err}");
+        let err = follower
+            .join()
+            .expect("the follower returned")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("rank 0 (controller)") && err.contains(expected),
+            "{err}"
+        );
+    }
 }
 
 /// The largest |a − b| over every parameter of two models.

@@ -181,7 +181,19 @@ impl RunBuilder {
     /// without prompts, an unknown reward or environment kind (named with its key), `[sft]`
     /// without SFT examples or SFT examples without `[sft]`, `run.eval_every` without held-out
     /// prompts, held-out prompts in an agentic run, a checkpoint that does not fit the run.
-    pub fn build(mut self) -> Result<Run> {
+    /// Leading a run across processes ([`RunBuilder::lead`]), the error also ends the job
+    /// ([`Strategy::abort`](roll_core::strategy::Strategy::abort), naming rank 0): the other
+    /// ranks wait for this one, and would wait for ever.
+    pub fn build(self) -> Result<Run> {
+        let group = self.group.clone();
+        let built = self.build_run();
+        if let (Err(e), Some(group)) = (&built, group) {
+            group.abort(&format!("rank 0 (controller): {e}"));
+        }
+        built
+    }
+
+    fn build_run(mut self) -> Result<Run> {
         let mut plan = RunPlan::from_config(&self.config)?;
         let roles = match &self.group {
             Some(group) => Some(distributed::Roles::of(&plan, group.world_size())?),
