@@ -247,9 +247,19 @@ impl CausalLm {
     /// The ranks holding the same experts in the other groups of a data-parallel job
     /// ([`CausalLm::with_expert_replicas`]); `None` without.
     pub(crate) fn expert_replicas(&self) -> Option<Arc<dyn Strategy>> {
-        let l = (0..self.held_layers()).find(|&l| self.expert_parallel_mixture(l).is_some())?;
-        let (_, block) = self.expert_parallel_mixture(l)?;
-        block.shard.as_ref()?.replicas().cloned()
+        self.expert_shard()?.replicas().cloned()
+    }
+
+    /// The group holding an expert-parallel model's experts; `None` for another model.
+    pub(crate) fn expert_group(&self) -> Option<Arc<dyn Strategy>> {
+        Some(self.expert_shard()?.group().clone())
+    }
+
+    /// An expert-parallel model's shard (every mixture holds the same block).
+    fn expert_shard(&self) -> Option<&ExpertShard> {
+        (0..self.held_layers())
+            .find_map(|l| self.expert_parallel_mixture(l))
+            .and_then(|(_, block)| block.shard.as_ref())
     }
 
     /// Layer `l`'s feed-forward norm and mixture when the mixture is expert-parallel
@@ -270,18 +280,13 @@ impl CausalLm {
         }
     }
 
-    /// The group holding an expert-parallel model's experts, and the ids of this rank's
-    /// experts' parameters; `None` for a model that is not expert-parallel.
-    pub(crate) fn expert_parallel_part(&self) -> Option<(Arc<dyn Strategy>, Vec<ParamId>)> {
-        let mixtures: Vec<_> = (0..self.held_layers())
+    /// The ids of this rank's experts' parameters in an expert-parallel model (empty for
+    /// another model).
+    pub(crate) fn own_expert_params(&self) -> Vec<ParamId> {
+        (0..self.held_layers())
             .filter_map(|l| self.expert_parallel_mixture(l))
-            .collect();
-        let group = mixtures.first()?.1.shard.as_ref()?.group().clone();
-        let own = mixtures
-            .iter()
             .flat_map(|(_, block)| block.experts.iter().flat_map(param_ids))
-            .collect();
-        Some((group, own))
+            .collect()
     }
 
     /// Whether this model holds only some of its experts ([`CausalLm::shard_experts`]): it

@@ -145,7 +145,7 @@ impl CausalLm {
     /// failed all-reduce.
     pub fn gather(&self) -> Result<CausalLm> {
         let experts = || {
-            self.expert_parallel_part().map(|(group, _)| {
+            self.expert_group().map(|group| {
                 let rank = group.rank();
                 (group, rank)
             })

@@ -213,8 +213,8 @@ impl Trainer {
         if let Some((group, _)) = model.parts_group() {
             let own = model.own_params();
             self.core.own_parts(group, own);
-        } else if let Some((group, own)) = model.expert_parallel_part() {
-            let replicas = model.expert_replicas();
+        } else if let Some(group) = model.expert_group() {
+            let (own, replicas) = (model.own_expert_params(), model.expert_replicas());
             self.core.own_experts(group, own, replicas);
         }
         Ok(())
@@ -227,7 +227,7 @@ impl Trainer {
         let model = self.core.module().ok()?;
         match model.parts_group() {
             Some((_, index)) => Some(index),
-            None => model.expert_parallel_part().map(|(group, _)| group.rank()),
+            None => model.expert_group().map(|group| group.rank()),
         }
     }
 
@@ -386,7 +386,7 @@ impl Trainer {
                 &self.core.ad_device,
             )
         };
-        if let Some((experts, _)) = model.expert_parallel_part() {
+        if let Some(experts) = model.expert_group() {
             // The data-parallel group is the experts' group, or its copies side by side: rank
             // `c·E + r` holds block `r` in copy `c` (`c` its rank among the replicas).
             let (rank, ranks) = self.core.data_place();

@@ -297,57 +297,44 @@ struct Chunk<'c> {
 /// Runs a chunk with the best kernel this CPU has: AVX-512, AVX2, or the portable one (the same
 /// bits from each).
 fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init, shared_a: Option<&PackedA>) {
+    let args = Args(chunk, a, b, init, shared_a);
     #[cfg(target_arch = "x86_64")]
     {
         /// The loop nest over a chunk with kernel `kern`, as one call that `vectorize` compiles
         /// with the kernel's instructions enabled.
         struct Op<'a, 'c, K> {
             kern: K,
-            chunk: Chunk<'c>,
-            a: MatRef<'a>,
-            b: &'a PackedB,
-            init: Init,
-            shared_a: Option<&'a PackedA>,
+            args: Args<'a, 'c>,
         }
         impl<K: MicroKernel> pulp::NullaryFnOnce for Op<'_, '_, K> {
             type Output = ();
             #[inline(always)]
             fn call(self) {
-                drive(
-                    self.kern,
-                    self.chunk,
-                    self.a,
-                    self.b,
-                    self.init,
-                    self.shared_a,
-                );
+                let Args(chunk, a, b, init, shared_a) = self.args;
+                drive(self.kern, chunk, a, b, init, shared_a);
             }
         }
         if let Some(simd) = pulp::x86::V4::try_new() {
             let kern = kernel::Avx512(simd);
-            return simd.vectorize(Op {
-                kern,
-                chunk,
-                a,
-                b,
-                init,
-                shared_a,
-            });
+            return simd.vectorize(Op { kern, args });
         }
         if let Some(simd) = pulp::x86::V3::try_new() {
             let kern = kernel::Avx2(simd);
-            return simd.vectorize(Op {
-                kern,
-                chunk,
-                a,
-                b,
-                init,
-                shared_a,
-            });
+            return simd.vectorize(Op { kern, args });
         }
     }
+    let Args(chunk, a, b, init, shared_a) = args;
     drive(Portable, chunk, a, b, init, shared_a);
 }
+
+/// What [`drive`] takes besides the kernel, carried into a `vectorize` call.
+struct Args<'a, 'c>(
+    Chunk<'c>,
+    MatRef<'a>,
+    &'a PackedB,
+    Init,
+    Option<&'a PackedA>,
+);
 
 /// The blocked loop nest over one chunk.
 #[inline(always)]
