@@ -73,8 +73,8 @@ pub use device::device;
 pub use error::{BackendError, Result};
 pub use hf::{GenerationConfig, HfConfig, SaveDtype, SaveOptions, load_model, save_model};
 pub use models::{
-    CausalLm, ExpertSplit, PaddingSide, TokenBatch, ValueHead, token_logprobs_and_entropy,
-    token_logprobs_from_logits,
+    CausalLm, ExpertSplit, PaddingSide, TokenBatch, ValueHead, tensor_pipeline_groups,
+    token_logprobs_and_entropy, token_logprobs_from_logits,
 };
 pub use policy::{
     BurnCritic, BurnFrozen, BurnPolicy, BurnReference, ModelParts, PartKind, Placement,

@@ -8,7 +8,8 @@
 //!   one whole trainer reaches;
 //! - pipeline parallelism: each stage holds a block of the layers, micro-batches run one forward
 //!   one backward with the activations and their gradients passed point to point, and every
-//!   stage ends a step with its part of the whole trainer's weights.
+//!   stage ends a step with its part of the whole trainer's weights;
+//! - both: a pipeline of tensor-parallel stages, each rank a slice of a stage's layers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -21,7 +22,7 @@ use roll_backend_burn::engine::{Engine, EngineConfig};
 use roll_backend_burn::train::{LoraConfig, TrainKernels, TrainStepReport, Trainer, TrainerConfig};
 use roll_backend_burn::{
     CausalLm, Device, ExpertSplit, HfConfig, PaddingSide, SaveOptions, TokenBatch, load_model,
-    save_model,
+    save_model, tensor_pipeline_groups,
 };
 use roll_core::policy::{Objective, ScoreRequest, ScoreSequence};
 use roll_core::rng::SplitMix64;
@@ -660,6 +661,64 @@ fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
     }
 }
 
+/// Slice `t` of stage `s` of a pipeline of `stages` stages of 2 tensor-parallel ranks, on rank
+/// `s·2 + t` of `copy` (split into stages first, or sliced first).
+fn tensor_pipeline_part(
+    model: CausalLm,
+    copy: &Arc<dyn Messenger>,
+    stages_first: bool,
+) -> CausalLm {
+    let (slices, link) = tensor_pipeline_groups(copy, 2).unwrap();
+    assert_eq!(copy.rank(), link.rank() * 2 + slices.rank());
+    let part = if stages_first {
+        model
+            .split_stages(link)
+            .unwrap()
+            .shard_tensors(slices, ExpertSplit::Sliced)
+    } else {
+        model
+            .shard_tensors(slices, ExpertSplit::Sliced)
+            .unwrap()
+            .split_stages(link)
+    };
+    part.unwrap()
+}
+
+#[test]
+fn tensor_parallel_pipeline_stages_train_as_the_whole_trainer() {
+    // A pipeline of 2 stages of 2 tensor-parallel ranks (4 threads), micro-batches of at most 24
+    // tokens (3–4 per batch), two clipped AdamW steps: every rank's gradients, reports and
+    // weights equal its slice of its stage's part of the whole trainer's, on the fused CPU path
+    // and on Burn's autodiff path (block by block).
+    use TrainKernels::{Auto as Fused, Autodiff};
+    for (name, model, kernels) in [
+        ("qwen2", qwen2(), Fused),
+        ("qwen3", qwen3(), Fused),
+        ("qwen2", qwen2(), Autodiff),
+        ("qwen3", qwen3(), Autodiff),
+    ] {
+        let config = TrainerConfig {
+            micro_batch_tokens: Some(24),
+            kernels,
+            ..step_config()
+        };
+        let name = format!("{name} over 2 stages of 2 slices, {kernels:?}");
+        let batches = [train_batch(&model, 11), train_batch(&model, 12)];
+        let whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+        let want = train(whole, &batches);
+        assert!(want.0[0].1.micro_batches >= 3, "{name}: {:?}", want.0[0].1);
+        let ranks = on_ranks(4, |copy| {
+            let part = tensor_pipeline_part(model.clone(), &copy, true);
+            let slice = part.tensor_shard().unwrap().rank();
+            let trainer = Trainer::new(part, config.clone(), &Device::flex()).unwrap();
+            assert_eq!(trainer.kernels(), kernels);
+            assert_eq!(trainer.part_index(), Some(copy.rank()));
+            (slice, train(trainer, &batches))
+        });
+        assert_ranks_match(&name, &want, ranks);
+    }
+}
+
 #[test]
 fn model_parallel_refusals_name_the_cause() {
     let device = Device::flex();
@@ -683,16 +742,14 @@ fn model_parallel_refusals_name_the_cause() {
     let lora = lora_config();
     let error = |r: Result<_, roll_backend_burn::BackendError>| r.err().map(|e| e.to_string());
     let errors = on_ranks(1, |link| {
+        let tensor = |m: CausalLm| m.shard_tensors(link.clone(), ExpertSplit::Sliced).unwrap();
+        let stages = |m: CausalLm| m.split_stages(link.clone()).unwrap();
         let parts = [
+            ("tensor-parallel", tensor(qwen2())),
+            ("pipeline stage", stages(qwen2())),
             (
-                "tensor-parallel",
-                qwen2()
-                    .shard_tensors(link.clone(), ExpertSplit::Sliced)
-                    .unwrap(),
-            ),
-            (
-                "pipeline stage",
-                qwen2().split_stages(link.clone()).unwrap(),
+                "pipeline stage of a tensor-parallel model",
+                tensor(stages(qwen2())),
             ),
         ];
         parts.map(|(kind, part)| {
@@ -718,17 +775,16 @@ fn model_parallel_refusals_name_the_cause() {
                         .map(drop),
                     ),
                 ),
+                // Each way once: a stage can be sliced, and a slice split into stages.
                 (
                     "already sharded",
-                    error(
-                        part.clone()
+                    error(match part.tensor_shard() {
+                        Some(_) => part
+                            .clone()
                             .shard_tensors(link.clone(), ExpertSplit::Sliced)
                             .map(drop),
-                    ),
-                ),
-                (
-                    "already sharded",
-                    error(part.clone().split_stages(link.clone()).map(drop)),
+                        None => part.clone().split_stages(link.clone()).map(drop),
+                    }),
                 ),
             ];
             (kind, refused)
@@ -751,7 +807,11 @@ fn model_parallel_refusals_name_the_cause() {
             ),
             (
                 "dense qwen2/qwen3",
-                error(moe().split_stages(link).map(drop)),
+                error(moe().split_stages(link.clone()).map(drop)),
+            ),
+            (
+                "cannot form pipeline stages of 2",
+                error(tensor_pipeline_groups(&link, 2).map(drop)),
             ),
         ]
     });
@@ -777,7 +837,12 @@ fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
             let part = model.clone().split_stages(link).unwrap();
             support::params(&part.gather().unwrap())
         });
-        for (kind, got) in [("tensor", tensor), ("pipeline", pipeline)] {
+        // Sliced first this time (the training test splits into stages first).
+        let both = on_ranks(4, |copy| {
+            let part = tensor_pipeline_part(model.clone(), &copy, false);
+            support::params(&part.gather().unwrap())
+        });
+        for (kind, got) in [("tensor", tensor), ("pipeline", pipeline), ("both", both)] {
             for (rank, got) in got.iter().enumerate() {
                 // Bit for bit: each value is written once and added to zeros.
                 assert!(got == &want, "{name} {kind} rank {rank}");

@@ -310,12 +310,17 @@ impl CausalLm {
     /// and LM head stay whole. Parameters keep their ids. Every rank of `group` must shard the
     /// same model and run each forward (and training step) together, on the same tokens.
     ///
+    /// A pipeline stage ([`CausalLm::split_stages`]) shards its own layers: the stages of a
+    /// pipeline, each tensor-parallel over its own group (Megatron's tensor and pipeline
+    /// parallelism together; [`tensor_pipeline_groups`](crate::tensor_pipeline_groups) forms the
+    /// groups of such a copy).
+    ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a model already sharded, heads, MLP widths or an
-    /// expert count that the group's size does not divide, or [`ExpertSplit::Whole`] for a
-    /// dense model.
+    /// [`BackendError::InvalidInput`] for a model already tensor- or expert-parallel, heads, MLP
+    /// widths or an expert count that the group's size does not divide, or
+    /// [`ExpertSplit::Whole`] for a dense model.
     pub fn shard_tensors(self, group: Arc<dyn Strategy>, experts: ExpertSplit) -> Result<Self> {
-        if let Some(kind) = self.sharding() {
+        if let Some(kind) = self.sharding().filter(|_| !self.is_only_a_stage()) {
             return Err(BackendError::InvalidInput(format!(
                 "{kind}: it is already sharded; shard the whole model"
             )));
@@ -360,11 +365,17 @@ impl CausalLm {
     /// the decoder layers; the embedding, final norm and LM head stay on every stage. Every stage
     /// must split the same model and take each training step together, on the same batch.
     ///
+    /// A tensor-parallel model ([`CausalLm::shard_tensors`]) splits its slices of the layers:
+    /// rank `t` of every stage's tensor-parallel group is then linked to rank `t` of the others
+    /// (`link`), and the streams passed between stages are whole (each tensor-parallel block
+    /// ends in its group's all-reduce).
+    ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a mixture of experts, a model already sharded, or more
-    /// stages than layers.
+    /// [`BackendError::InvalidInput`] for a mixture of experts, a pipeline stage or an
+    /// expert-parallel model, or more stages than layers.
     pub fn split_stages(self, link: Arc<dyn Messenger>) -> Result<Self> {
-        if let Some(kind) = self.sharding() {
+        if self.pipeline_stage().is_some() || self.is_expert_sharded() {
+            let kind = self.sharding().unwrap_or("a part of a model");
             return Err(BackendError::InvalidInput(format!(
                 "{kind}: it is already sharded; split the whole model into stages"
             )));
@@ -461,26 +472,37 @@ impl CausalLm {
         })
     }
 
-    /// Where the ranks of a tensor-parallel model or a pipeline hold parts of it: their group
-    /// and this rank's index there (its slice, its stage); `None` for a whole model.
-    pub(crate) fn parts_group(&self) -> Option<(Arc<dyn Strategy>, usize)> {
-        match (self.tensor_shard(), self.pipeline_stage()) {
-            (Some(shard), _) => Some((shard.group(), shard.rank())),
-            (_, Some(stage)) => Some((stage.group(), stage.stage())),
-            (None, None) => None,
+    /// How the ranks of a copy of a tensor-parallel model, a pipeline, or both, hold parts of it:
+    /// one [`PartLevel`] per way it is divided, innermost first (the tensor-parallel group of a
+    /// stage, then the pipeline's link); empty for a whole (or expert-parallel) model.
+    pub(crate) fn part_levels(&self) -> Vec<PartLevel> {
+        let mut levels = Vec::new();
+        if let Some(shard) = self.tensor_shard() {
+            levels.push(PartLevel {
+                group: shard.group(),
+                index: shard.rank(),
+                own: self.sliced_params(),
+            });
         }
+        if let Some(stage) = self.pipeline_stage() {
+            levels.push(PartLevel {
+                group: stage.group(),
+                index: stage.stage(),
+                own: self.stage_params(),
+            });
+        }
+        levels
     }
 
-    /// The ids of the parameters this rank alone holds (a slice of, or a stage's layers');
-    /// empty for a whole model.
-    pub(crate) fn own_params(&self) -> Vec<ParamId> {
-        match self.tensor_shard() {
-            Some(_) => self.sliced_params(),
-            None => self.stage_params(),
-        }
+    /// Whether this model is a pipeline stage and nothing else (its layers whole).
+    fn is_only_a_stage(&self) -> bool {
+        self.pipeline_stage().is_some()
+            && self.tensor_shard().is_none()
+            && !self.is_expert_sharded()
     }
 
-    /// Whether this model holds only a part of its weights (expert or tensor parallel).
+    /// Whether this model holds only a part of its weights (expert or tensor parallel, a
+    /// pipeline stage).
     pub fn is_sharded(&self) -> bool {
         self.sharding().is_some()
     }
@@ -490,6 +512,11 @@ impl CausalLm {
         if self.is_expert_sharded() {
             Some(
                 "an expert-parallel model (CausalLm::shard_experts) holds only some of its experts",
+            )
+        } else if self.tensor_shard().is_some() && self.pipeline_stage().is_some() {
+            Some(
+                "a pipeline stage of a tensor-parallel model (CausalLm::split_stages, \
+                 CausalLm::shard_tensors) holds only a slice of some of the layers",
             )
         } else if self.tensor_shard().is_some() {
             Some(
@@ -522,6 +549,30 @@ impl CausalLm {
     /// - output: `[batch, seq, vocab]`
     pub fn forward(&self, batch: &TokenBatch) -> Tensor<3> {
         self.logits(self.forward_hidden(batch))
+    }
+}
+
+/// One way the ranks of a copy of a model divide it ([`CausalLm::part_levels`]).
+pub(crate) struct PartLevel {
+    /// The ranks dividing it this way (a stage's tensor-parallel group, a pipeline's link).
+    pub group: Arc<dyn Strategy>,
+    /// This rank's place among them (its slice, its stage).
+    pub index: usize,
+    /// The parameters this rank holds its own part of, at this level: a tensor-parallel rank's
+    /// slices, a stage's layers (its slices among them too, when both).
+    pub own: Vec<ParamId>,
+}
+
+impl PartLevel {
+    /// This rank's index among the ranks of its copy over `levels` (innermost first): Megatron's
+    /// order, rank `s·T + t` holds slice `t` of stage `s`.
+    pub(crate) fn copy_index(levels: &[PartLevel]) -> usize {
+        let (mut index, mut stride) = (0, 1);
+        for level in levels {
+            index += level.index * stride;
+            stride *= level.group.world_size();
+        }
+        index
     }
 }
 

@@ -4,9 +4,11 @@
 //! Every rank writes what it holds into a zeroed buffer laid out as the whole model's parameters
 //! (in [`Module::visit`] order) — a slice at its offset, a stage's layers (a block of whole
 //! experts) at their indices, a parameter every rank holds alike by one rank only — and one
-//! all-reduce (a sum) over the parts' group completes the buffer on every rank. One collective,
-//! one pass over the weights; each rank briefly holds the whole model, which is what the rank
-//! that serves it needs anyway.
+//! all-reduce (a sum) over the parts' group completes the buffer on every rank (a pipeline of
+//! tensor-parallel stages: one over the stage's group, then one over the link between stages).
+//! Each value is written by one rank and added to zeros, so the gather is exact. One pass over
+//! the weights; each rank briefly holds the whole model, which is what the rank that serves it
+//! needs anyway.
 
 use super::{CausalLm, with_decoder};
 use crate::{BackendError, Result};
@@ -144,15 +146,22 @@ impl CausalLm {
     /// A parameter that cannot be read, a part that does not fit the whole model's layout, or a
     /// failed all-reduce.
     pub fn gather(&self) -> Result<CausalLm> {
-        let experts = || {
-            self.expert_group().map(|group| {
-                let rank = group.rank();
-                (group, rank)
-            })
-        };
-        let Some((group, rank)) = self.parts_group().or_else(experts) else {
+        // The groups to sum over, innermost first: a tensor-parallel group (or the experts'),
+        // then a pipeline's link.
+        let mut groups: Vec<_> = self.part_levels().into_iter().map(|l| l.group).collect();
+        if groups.is_empty() {
+            groups.extend(self.expert_group());
+        }
+        if groups.is_empty() {
             return Ok(self.clone());
+        }
+        // This rank's slice (or block of experts), and its stage.
+        let rank = match (self.tensor_shard(), self.expert_group()) {
+            (Some(shard), _) => shard.rank(),
+            (None, Some(group)) => group.rank(),
+            (None, None) => 0,
         };
+        let stage = self.pipeline_stage().map_or(0, |s| s.stage());
         let stage_layers = self.pipeline_stage().map(|s| s.layers());
         let first_expert = self.first_held_expert();
         let device = with_decoder!(self, m => m.model.embed_tokens.weight.val().device());
@@ -171,33 +180,33 @@ impl CausalLm {
             values,
         } in entries(self, true)?
         {
-            // Where the part's parameter sits in the whole model, and whether it is this rank's
-            // own (`None`: decided by its shape).
-            let (path, own) = match (&stage_layers, first_expert) {
-                (Some(layers), _) => {
+            // Where the part's parameter sits in the whole model, and whether it is this stage's
+            // own (a layer's) and this rank's own (one of its experts).
+            let (path, stage_own) = match &stage_layers {
+                Some(layers) => {
                     let (path, place) = stage_path(&path, layers.start);
-                    (path, Some(matches!(place, Place::Own)))
+                    (path, matches!(place, Place::Own))
                 }
-                (None, Some(first)) => match expert_path(&path, first) {
-                    Some(path) => (path, Some(true)),
-                    None => (path, None),
-                },
-                (None, None) => (path, None),
+                None => (path, true),
+            };
+            let (path, own_expert) = match first_expert.and_then(|f| expert_path(&path, f)) {
+                Some(path) => (path, true),
+                None => (path, false),
             };
             let (offset, full) = layout.get(&path).ok_or_else(|| {
                 BackendError::InvalidInput(format!("gather: `{path}` is not in the whole model"))
             })?;
             let n: usize = full.iter().product();
             let whole = &mut flat[*offset..offset + n];
-            // A parameter every rank holds alike is written by the first: a tensor-parallel
-            // rank's whole parameters (but its own experts) are every rank's.
-            let shared = !own.unwrap_or(&shape != full);
-            let mine = !shared || rank == 0;
+            // A parameter several ranks hold alike is written by the first: what is not in a
+            // layer by the first stage, a tensor-parallel rank's whole parameters (but its own
+            // experts) by its group's first rank.
+            let mine = (stage_own || stage == 0) && (own_expert || rank == 0);
             if &shape == full {
                 if mine {
                     whole.copy_from_slice(&values);
                 }
-            } else if stage_layers.is_none() && fits(full, &shape, rank) {
+            } else if self.tensor_shard().is_some() && fits(full, &shape, rank) {
                 place_slice(whole, full, &values, &shape, rank);
             } else {
                 return Err(BackendError::InvalidInput(format!(
@@ -206,9 +215,11 @@ impl CausalLm {
                 )));
             }
         }
-        group
-            .all_reduce(&mut flat, roll_core::strategy::ReduceOp::Sum)
-            .map_err(|e| BackendError::Collective(Box::new(e)))?;
+        for group in groups {
+            group
+                .all_reduce(&mut flat, roll_core::strategy::ReduceOp::Sum)
+                .map_err(|e| BackendError::Collective(Box::new(e)))?;
+        }
         Ok(template.map(&mut Assign { flat: &flat }))
     }
 }

@@ -24,7 +24,7 @@ pub use attention::{Attention, AttentionSpec, causal_padding_mask};
 pub(crate) use batch::check_id;
 pub use batch::{PaddingSide, TokenBatch};
 pub use causal_lm::CausalLm;
-pub(crate) use causal_lm::{LayerInputs, check_length, with_decoder};
+pub(crate) use causal_lm::{LayerInputs, PartLevel, check_length, with_decoder};
 pub use decoder::{
     Architecture, Decoder, DecoderConfig, DecoderLayer, DecoderModel, FeedForwardBlock,
 };
@@ -33,7 +33,7 @@ pub use logprobs::{token_logprobs_and_entropy, token_logprobs_from_logits};
 pub use mlp::Mlp;
 pub use norm::rms_norm_hf;
 pub(crate) use pipeline_parallel::StageCompute;
-pub use pipeline_parallel::{PipelineOp, PipelineStage};
+pub use pipeline_parallel::{PipelineOp, PipelineStage, tensor_pipeline_groups};
 pub use qwen2::{Qwen2Config, Qwen2ForCausalLM};
 pub use qwen3::{Qwen3Config, Qwen3ForCausalLM};
 pub use qwen3_moe::{Qwen3MoeConfig, Qwen3MoeForCausalLM};

@@ -10,6 +10,12 @@
 //! the first and the last stage, are summed over the stages before the update, which keeps them
 //! equal everywhere.
 //!
+//! With tensor parallelism too (Megatron's "3D" layout without the third), a copy of the model
+//! is `P` stages of `T` ranks: rank `s·T + t` holds slice `t` of stage `s`'s layers
+//! ([`tensor_pipeline_groups`] forms the groups). Each stage's ranks run its layers together as a
+//! tensor-parallel group, whose blocks end in an all-reduce, so every rank of a stage has the
+//! whole stream: rank `t` of one stage sends it to rank `t` of the next, and the gradient back.
+//!
 //! Which micro-batch a stage runs when is [`one_forward_one_backward`]: each stage runs as many
 //! forwards as there are stages after it before its first backward, then alternates, so at most
 //! `P − s` micro-batches' activations are alive on stage `s` at once (GPipe keeps all of them).
@@ -45,6 +51,49 @@ impl std::fmt::Debug for PipelineStage {
             .field("layers", &self.layers)
             .finish()
     }
+}
+
+/// The groups of one copy of a model divided both ways, `copy.world_size() / tensor` pipeline
+/// stages of `tensor` tensor-parallel ranks each, rank `s·tensor + t` of `copy` holding slice `t`
+/// of stage `s` (Megatron's order, the slices of a stage on neighbouring ranks): this rank's
+/// stage's tensor-parallel group, and its link to the ranks holding the same slice of the other
+/// stages. For [`CausalLm::split_stages`](crate::CausalLm::split_stages) (the link) and
+/// [`CausalLm::shard_tensors`](crate::CausalLm::shard_tensors) (the group), in either order.
+/// A collective: every rank of `copy` calls it.
+///
+/// # Errors
+/// [`BackendError::InvalidInput`] when `tensor` is 0 or does not divide the copy's ranks, and a
+/// failed collective.
+pub fn tensor_pipeline_groups(
+    copy: &Arc<dyn Messenger>,
+    tensor: usize,
+) -> Result<(Arc<dyn Messenger>, Arc<dyn Messenger>)> {
+    let ranks = copy.world_size();
+    if tensor == 0 || ranks % tensor != 0 {
+        return Err(BackendError::InvalidInput(format!(
+            "{ranks} ranks cannot form pipeline stages of {tensor} tensor-parallel ranks each"
+        )));
+    }
+    let stages = ranks / tensor;
+    let subgroup = |members: Vec<usize>| {
+        copy.subgroup(&members)
+            .map_err(|e| BackendError::Collective(Box::new(e)))
+    };
+    // Every rank forms every group, in the same order; each keeps its own.
+    let mut slices = None;
+    for s in 0..stages {
+        slices = slices.or(subgroup((s * tensor..(s + 1) * tensor).collect())?);
+    }
+    let mut link = None;
+    for t in 0..tensor {
+        link = link.or(subgroup((t..ranks).step_by(tensor).collect())?);
+    }
+    slices.zip(link).ok_or_else(|| {
+        BackendError::InvalidInput(format!(
+            "rank {} is in no group of its copy of {ranks} ranks",
+            copy.rank()
+        ))
+    })
 }
 
 /// One step of a stage's schedule: the forward or the backward of a micro-batch.

@@ -41,52 +41,96 @@ pub(crate) fn tensor_parallel_gradients(
     objective: impl FnOnce(Tensor<3>) -> Result<(Tensor<1>, PolicyMetrics)>,
 ) -> Result<(GradientsParams, PolicyMetrics)> {
     let at = model.layer_inputs(&chunk.tokens);
-    let plain = model.valid();
-    let plain_at = LayerInputs {
+    let plain_at = plain_inputs(&at);
+    let embedded = plain_at.embedded.clone();
+    let (inputs, x) = forward_blocks(&model.valid(), Some(shard), embedded, &plain_at)?;
+    let mut grads = GradientsParams::new();
+    let (delta, metrics) = objective_at_top(model, x, objective, &mut grads)?;
+    let delta = backward_blocks(model, Some(shard), inputs, &at, delta, &mut grads)?;
+    merge(
+        &mut grads,
+        embedding_gradients(model, at.embedded, delta),
+        model,
+    );
+    Ok((grads, metrics))
+}
+
+/// The layers' inputs on the plain device (no graph).
+fn plain_inputs(at: &LayerInputs) -> LayerInputs {
+    LayerInputs {
         embedded: at.embedded.clone().inner(),
         cos: at.cos.clone().inner(),
         sin: at.sin.clone().inner(),
         mask: at.mask.clone().inner(),
-    };
-    // The forward without a graph: each block's input, in order.
+    }
+}
+
+/// The forward of the held layers' blocks from `x` without a graph (`plain` is the model on the
+/// plain device, `at` its layers' inputs there): each block's input, in order, and the last
+/// block's output. A tensor-parallel rank's blocks are summed over its group — with `summed`,
+/// not the forward's own reduction, so that a failed collective is an error here.
+fn forward_blocks(
+    plain: &CausalLm,
+    shard: Option<&TensorShard>,
+    mut x: Tensor<3>,
+    at: &LayerInputs,
+) -> Result<(Vec<Tensor<3>>, Tensor<3>)> {
     let mut inputs = Vec::with_capacity(2 * plain.held_layers());
-    let mut x = plain_at.embedded.clone();
     for l in 0..plain.held_layers() {
         for feed_forward in [false, true] {
             inputs.push(x.clone());
-            // `summed`, not the forward's own reduction: a failed collective is an error here.
-            x = x.clone() + shard.summed(plain.block(l, feed_forward, x, &plain_at))?;
+            let out = plain.block(l, feed_forward, x.clone(), at);
+            x = x + match shard {
+                Some(shard) => shard.summed(out)?,
+                None => out,
+            };
         }
     }
-    let mut grads = GradientsParams::new();
-    let (mut delta, metrics) = objective_at_top(model, x, objective, &mut grads)?;
-    let mut add = |g: GradientsParams| merge(&mut grads, g, model);
+    Ok((inputs, x))
+}
+
+/// The backward of the blocks whose inputs are `inputs` ([`forward_blocks`]) from `δ`, the
+/// gradient of the loss with respect to the last block's output: each block re-run from its
+/// input as a leaf, its parameters' gradients added to `grads`, its input's gradient (summed
+/// over a tensor-parallel group) added to `δ`. Returns `δ` at the first block's input.
+fn backward_blocks(
+    model: &CausalLm,
+    shard: Option<&TensorShard>,
+    inputs: Vec<Tensor<3>>,
+    at: &LayerInputs,
+    mut delta: Tensor<3>,
+    grads: &mut GradientsParams,
+) -> Result<Tensor<3>> {
     for (i, input) in inputs.into_iter().enumerate().rev() {
         let (dims, device) = (input.dims(), input.device());
         let leaf = input.autodiff().require_grad();
-        let out = model.block(i / 2, i % 2 == 1, leaf.clone(), &at);
+        let out = model.block(i / 2, i % 2 == 1, leaf.clone(), at);
         let backward = (out * delta.clone().autodiff()).sum().backward();
         // A rank's part of a mixture whose experts got none of these tokens does not depend on
         // its input: its part of the input's gradient is zero (the group still sums it).
         let mine = leaf
             .grad(&backward)
             .unwrap_or_else(|| Tensor::zeros(dims, &device));
-        add(GradientsParams::from_grads(backward, model));
-        delta = delta + shard.summed(mine)?;
+        merge(grads, GradientsParams::from_grads(backward, model), model);
+        delta = delta
+            + match shard {
+                Some(shard) => shard.summed(mine)?,
+                None => mine,
+            };
     }
-    add(embedding_gradients(model, at.embedded, delta));
-    Ok((grads, metrics))
+    Ok(delta)
 }
 
 /// The objective on the last layer's output `x` as a leaf of the autodiff graph: `δ`, the
-/// gradient of the loss with respect to `x`, and the metrics; the gradients of what the
-/// objective reads (final norm, LM head, a tied embedding) are added to `grads`.
-fn objective_at_top(
+/// gradient of the loss with respect to `x`, and what else the objective returns (its metrics);
+/// the gradients of what the objective reads (final norm, LM head, a tied embedding) are added
+/// to `grads`.
+fn objective_at_top<T>(
     model: &CausalLm,
     x: Tensor<3>,
-    objective: impl FnOnce(Tensor<3>) -> Result<(Tensor<1>, PolicyMetrics)>,
+    objective: impl FnOnce(Tensor<3>) -> Result<(Tensor<1>, T)>,
     grads: &mut GradientsParams,
-) -> Result<(Tensor<3>, PolicyMetrics)> {
+) -> Result<(Tensor<3>, T)> {
     let top = x.autodiff().require_grad();
     let (loss, metrics) = objective(top.clone())?;
     let backward = loss.backward();
@@ -138,12 +182,7 @@ pub(crate) fn expert_parallel_gradients(
         return Ok((grads, None));
     };
     let at = model.layer_inputs(&chunk.tokens);
-    let plain_at = LayerInputs {
-        embedded: at.embedded.clone().inner(),
-        cos: at.cos.clone().inner(),
-        sin: at.sin.clone().inner(),
-        mask: at.mask.clone().inner(),
-    };
+    let plain_at = plain_inputs(&at);
     // The forward without a graph, each block's input kept; a mixture's exchange fails here
     // with an error rather than NaN.
     let mut inputs = Vec::with_capacity(2 * layers);
@@ -317,18 +356,20 @@ fn model_device(model: &CausalLm) -> burn::tensor::Device {
         .map_or_else(burn::tensor::Device::flex, |d| d.inner())
 }
 
-/// A pipeline stage on Burn's autodiff path (any device): the forward runs the stage's layers
-/// without a graph and keeps only the stage's input; the backward re-runs the stage on the
-/// autodiff device from that input as a leaf (the first stage from the tokens, through the
-/// embedding) and back-propagates the gradient of its output from the stage after — or, on the
-/// last stage, the objective's loss. One recomputed forward per stage and micro-batch, and only
-/// the stage inputs kept between a micro-batch's forward and its backward.
+/// A pipeline stage on Burn's autodiff path (any device), block by block as
+/// [`tensor_parallel_gradients`]: the forward runs the stage's blocks without a graph and keeps
+/// each block's input; the backward re-runs each block from its input as a leaf, from the top
+/// down, starting from the gradient of the stage's output from the stage after — or, on the last
+/// stage, the objective's. One recomputed forward per block, and only the blocks' inputs kept
+/// between a micro-batch's forward and its backward. A tensor-parallel stage's blocks are summed
+/// over its group both ways, so the streams passed between stages are whole.
 pub(crate) struct BurnStage<'a, 'c, F> {
     pub model: &'a CausalLm,
     pub plain: CausalLm,
     pub chunks: &'a [Chunk<'c>],
+    pub first: bool,
     pub last: bool,
-    /// The loss and metrics of micro-batch `i` from the last layer's output (the last stage).
+    /// The loss of micro-batch `i` from the last layer's output (the last stage).
     pub objective: F,
     pub grads: GradientsParams,
 }
@@ -339,75 +380,73 @@ impl<F> BurnStage<'_, '_, F> {
         let [rows, seq] = self.chunks[i].tokens.input_ids.dims();
         [rows, seq, self.model.hidden_size()]
     }
+}
 
-    /// The stage's layers over `x`.
-    fn layers(model: &CausalLm, mut x: Tensor<3>, at: &LayerInputs) -> Tensor<3> {
-        for l in 0..model.held_layers() {
-            for feed_forward in [false, true] {
-                x = x.clone() + model.block(l, feed_forward, x, at);
-            }
-        }
-        x
-    }
+/// What a stage's forward keeps for its backward: each block's input, and on the last stage
+/// the last block's output (the objective's input).
+pub(crate) struct StageKept {
+    inputs: Vec<Tensor<3>>,
+    top: Option<Tensor<3>>,
 }
 
 impl<F> crate::models::StageCompute for BurnStage<'_, '_, F>
 where
     F: FnMut(usize, Tensor<3>) -> Result<Tensor<1>>,
 {
-    type Kept = Option<Tensor<3>>;
+    type Kept = StageKept;
 
     fn forward(
         &mut self,
         i: usize,
         input: Option<Vec<f32>>,
-    ) -> Result<(Option<Tensor<3>>, Option<Vec<f32>>)> {
-        let at = self.model.layer_inputs(&self.chunks[i].tokens);
-        let device = at.embedded.device().inner();
-        let input = input.map(|v| Tensor::from_data(TensorData::new(v, self.dims(i)), &device));
-        if self.last {
-            // The backward runs the whole stage with its graph: nothing to run now.
-            return Ok((input, None));
-        }
-        let plain_at = LayerInputs {
-            embedded: at.embedded.inner(),
-            cos: at.cos.inner(),
-            sin: at.sin.inner(),
-            mask: at.mask.inner(),
+    ) -> Result<(StageKept, Option<Vec<f32>>)> {
+        let plain_at = plain_inputs(&self.model.layer_inputs(&self.chunks[i].tokens));
+        let x = match input {
+            Some(v) => {
+                let device = plain_at.embedded.device();
+                Tensor::from_data(TensorData::new(v, self.dims(i)), &device)
+            }
+            None => plain_at.embedded.clone(),
         };
-        let x = input.clone().unwrap_or_else(|| plain_at.embedded.clone());
-        let out = Self::layers(&self.plain, x, &plain_at);
-        Ok((input, Some(values(out)?)))
+        let shard = self.model.tensor_shard();
+        let (inputs, out) = forward_blocks(&self.plain, shard, x, &plain_at)?;
+        if self.last {
+            let top = Some(out);
+            return Ok((StageKept { inputs, top }, None));
+        }
+        Ok((StageKept { inputs, top: None }, Some(values(out)?)))
     }
 
     fn backward(
         &mut self,
         i: usize,
-        input: Option<Tensor<3>>,
+        kept: StageKept,
         output_grad: Option<Vec<f32>>,
     ) -> Result<Option<Vec<f32>>> {
         let at = self.model.layer_inputs(&self.chunks[i].tokens);
-        let leaf = input.map(|x| x.autodiff().require_grad());
-        let x = leaf.clone().unwrap_or_else(|| at.embedded.clone());
-        let out = Self::layers(self.model, x, &at);
-        let loss = match output_grad {
-            Some(d) => {
-                let device = out.device();
-                (out * Tensor::from_data(TensorData::new(d, self.dims(i)), &device)).sum()
+        let delta = match (output_grad, kept.top) {
+            (Some(d), _) => {
+                let device = at.embedded.device().inner();
+                Tensor::from_data(TensorData::new(d, self.dims(i)), &device)
             }
-            None => (self.objective)(i, out)?,
+            (None, Some(top)) => {
+                let objective = |top| Ok(((self.objective)(i, top)?, ()));
+                objective_at_top(self.model, top, objective, &mut self.grads)?.0
+            }
+            (None, None) => {
+                return Err(BackendError::Train(
+                    "pipeline: a stage before the last got no gradient for its output".into(),
+                ));
+            }
         };
-        let backward = loss.backward();
-        let input_grad = match &leaf {
-            Some(leaf) => Some(values(leaf.grad(&backward).ok_or_else(no_gradient)?)?),
-            None => None,
-        };
-        merge(
-            &mut self.grads,
-            GradientsParams::from_grads(backward, self.model),
-            self.model,
-        );
-        Ok(input_grad)
+        let shard = self.model.tensor_shard();
+        let delta = backward_blocks(self.model, shard, kept.inputs, &at, delta, &mut self.grads)?;
+        if !self.first {
+            return Ok(Some(values(delta)?));
+        }
+        let embedding = embedding_gradients(self.model, at.embedded, delta);
+        merge(&mut self.grads, embedding, self.model);
+        Ok(None)
     }
 }
 

@@ -10,20 +10,21 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use std::collections::HashSet;
 
-/// Collects `Σ g²` of each parameter's gradient (one `[1]` tensor per parameter), and which of
-/// them are of a `sliced` parameter.
+/// Collects `Σ g²` of each parameter's gradient (one `[1]` tensor per parameter), and the first
+/// of the `sets` each is in (`sets.len()` for none).
 struct SquaredNorms<'a> {
     grads: &'a GradientsParams,
-    sliced: &'a HashSet<ParamId>,
+    sets: &'a [&'a HashSet<ParamId>],
     parts: Vec<Tensor<1>>,
-    is_sliced: Vec<bool>,
+    set_of: Vec<usize>,
 }
 
 impl ModuleVisitor for SquaredNorms<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(g) = self.grads.get::<D>(param.id) {
             self.parts.push(g.square().sum());
-            self.is_sliced.push(self.sliced.contains(&param.id));
+            let set = self.sets.iter().position(|s| s.contains(&param.id));
+            self.set_of.push(set.unwrap_or(self.sets.len()));
         }
     }
 }
@@ -50,38 +51,40 @@ impl ModuleVisitor for Scale<'_> {
 /// # Errors
 /// [`BackendError::Train`] if the sums cannot be read back.
 pub fn global_grad_norm<M: Module>(module: &M, grads: &GradientsParams) -> Result<f64> {
-    let [whole, _] = squared_norms(module, grads, &HashSet::new())?;
+    // No sets: one sum, over every parameter.
+    let whole: f64 = squared_norms(module, grads, &[])?.iter().sum();
     Ok(whole.sqrt())
 }
 
-/// `Σ g²` over the gradients of `module`'s parameters, split in two: those not in `sliced`, and
-/// those in it (a tensor-parallel rank's slices, whose squares the group adds up).
+/// `Σ g²` over the gradients of `module`'s parameters, split by the first of `sets` each is in
+/// (a tensor-parallel rank's slices, a stage's layers: squares a group adds up), the last of
+/// the `sets.len() + 1` sums over those in none.
 ///
 /// # Errors
 /// As [`global_grad_norm`].
 pub(crate) fn squared_norms<M: Module>(
     module: &M,
     grads: &GradientsParams,
-    sliced: &HashSet<ParamId>,
-) -> Result<[f64; 2]> {
+    sets: &[&HashSet<ParamId>],
+) -> Result<Vec<f64>> {
     let mut v = SquaredNorms {
         grads,
-        sliced,
+        sets,
         parts: Vec::new(),
-        is_sliced: Vec::new(),
+        set_of: Vec::new(),
     };
     module.visit(&mut v);
+    let mut out = vec![0.0; sets.len() + 1];
     if v.parts.is_empty() {
-        return Ok([0.0; 2]);
+        return Ok(out);
     }
     let sums = Tensor::cat(v.parts, 0)
         .into_data()
         .convert::<f32>()
         .try_into_vec::<f32>()
         .map_err(|e| BackendError::Train(format!("cannot read gradient norms: {e:?}")))?;
-    let mut out = [0.0; 2];
-    for (s, sliced) in sums.iter().zip(v.is_sliced) {
-        out[usize::from(sliced)] += f64::from(*s);
+    for (s, set) in sums.iter().zip(v.set_of) {
+        out[set] += f64::from(*s);
     }
     Ok(out)
 }

@@ -418,10 +418,11 @@ pub(crate) struct Core<M: Module> {
     pub ad_device: Device,
     /// The data-parallel group this trainer is one replica of; `None` when it trains alone.
     group: Option<Group>,
-    /// The group whose ranks each hold their own part of some parameters (a tensor-parallel
-    /// rank's slices, a pipeline stage's layers), and which those are on this rank: their squared
-    /// gradients are summed over the group for the global norm.
-    parts: Option<(Arc<dyn Strategy>, HashSet<ParamId>)>,
+    /// The groups whose ranks each hold their own part of some parameters (a tensor-parallel
+    /// rank's slices, a pipeline stage's layers), innermost first, and which those are on this
+    /// rank: for the global norm their squared gradients are summed over the group, and so is
+    /// what the groups inside it summed.
+    parts: Vec<(Arc<dyn Strategy>, HashSet<ParamId>)>,
     /// The parameters the data-parallel group's other ranks do not all hold (an
     /// expert-parallel replica's experts): left out of the gradient all-reduce, and summed over
     /// `expert_replicas` (the ranks holding the same ones) when there are several.
@@ -443,16 +444,20 @@ impl<M: Module> Core<M> {
             ad_device: device.clone().autodiff(),
             device,
             group: None,
-            parts: None,
+            parts: Vec::new(),
             unreplicated: HashSet::new(),
             expert_replicas: None,
         }
     }
 
     /// Makes this trainer one rank of a model whose ranks hold parts of it (tensor or pipeline
-    /// parallel): `own` are the parameters only this rank of `group` holds (its part of them).
-    pub(crate) fn own_parts(&mut self, group: Arc<dyn Strategy>, own: Vec<ParamId>) {
-        self.parts = Some((group, own.into_iter().collect()));
+    /// parallel, or both): for each group, innermost first, the parameters only this rank of it
+    /// holds (its part of them).
+    pub(crate) fn own_parts(&mut self, levels: Vec<(Arc<dyn Strategy>, Vec<ParamId>)>) {
+        self.parts = levels
+            .into_iter()
+            .map(|(group, own)| (group, own.into_iter().collect()))
+            .collect();
     }
 
     /// Makes this trainer one replica of an expert-parallel model whose experts are divided
@@ -468,7 +473,7 @@ impl<M: Module> Core<M> {
     ) {
         self.unreplicated = own.iter().copied().collect();
         self.expert_replicas = replicas.map(Group::new);
-        self.own_parts(group, own);
+        self.own_parts(vec![(group, own)]);
     }
 
     /// The size of the group of ranks holding this replica's experts, and this one's rank
@@ -487,17 +492,25 @@ impl<M: Module> Core<M> {
     }
 
     /// The global L2 norm of `grads`: where ranks hold parts of the model, the squares of the
-    /// parameters every rank holds alike once, plus every rank's own parts'.
+    /// parameters every rank holds alike once, plus every rank's own parts'. With groups inside
+    /// groups (a pipeline of tensor-parallel stages) each group sums its ranks' own squares and
+    /// what the group inside summed: the slices' over a stage, then with the stage's layers' over
+    /// the pipeline.
     fn grad_norm(&self, grads: &GradientsParams) -> Result<f64> {
-        let Some((group, own)) = &self.parts else {
+        if self.parts.is_empty() {
             return global_grad_norm(self.module()?, grads);
-        };
-        let [shared, mine] = squared_norms(self.module()?, grads, own)?;
-        let mut all = [mine as f32];
-        group
-            .all_reduce(&mut all, ReduceOp::Sum)
-            .map_err(|e| BackendError::Collective(Box::new(e)))?;
-        Ok((shared + f64::from(all[0])).sqrt())
+        }
+        let sets: Vec<&HashSet<ParamId>> = self.parts.iter().map(|(_, own)| own).collect();
+        let squares = squared_norms(self.module()?, grads, &sets)?;
+        let mut summed = 0.0;
+        for ((group, _), own) in self.parts.iter().zip(&squares) {
+            let mut all = [(summed + own) as f32];
+            group
+                .all_reduce(&mut all, ReduceOp::Sum)
+                .map_err(|e| BackendError::Collective(Box::new(e)))?;
+            summed = f64::from(all[0]);
+        }
+        Ok((squares[sets.len()] + summed).sqrt())
     }
 
     /// This trainer's rank in its data-parallel group (0 alone).

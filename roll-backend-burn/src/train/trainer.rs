@@ -11,7 +11,7 @@ use super::core::{
 use super::fused;
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
 use crate::models::token_logprobs_and_entropy;
-use crate::models::{CausalLm, PipelineStage, StageCompute};
+use crate::models::{CausalLm, PartLevel, PipelineStage, StageCompute};
 use crate::{BackendError, Result, ScoringOptions, score};
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
@@ -210,9 +210,10 @@ impl Trainer {
     /// `blockwise`.)
     fn own_parts(&mut self) -> Result<()> {
         let model = self.core.module()?;
-        if let Some((group, _)) = model.parts_group() {
-            let own = model.own_params();
-            self.core.own_parts(group, own);
+        let levels = model.part_levels();
+        if !levels.is_empty() {
+            self.core
+                .own_parts(levels.into_iter().map(|l| (l.group, l.own)).collect());
         } else if let Some(group) = model.expert_group() {
             let (own, replicas) = (model.own_expert_params(), model.expert_replicas());
             self.core.own_experts(group, own, replicas);
@@ -221,13 +222,15 @@ impl Trainer {
     }
 
     /// This rank's index among the ranks of its copy of a tensor-, pipeline- or
-    /// expert-parallel model (its slice, its stage, its block of experts); `None` for a whole
+    /// expert-parallel model (its slice, its stage, its block of experts; slice `t` of stage
+    /// `s` of a pipeline of `T`-rank tensor-parallel stages is `s·T + t`); `None` for a whole
     /// model.
     pub fn part_index(&self) -> Option<usize> {
         let model = self.core.module().ok()?;
-        match model.parts_group() {
-            Some((_, index)) => Some(index),
-            None => model.expert_group().map(|group| group.rank()),
+        let levels = model.part_levels();
+        match levels.is_empty() {
+            false => Some(PartLevel::copy_index(&levels)),
+            true => model.expert_group().map(|group| group.rank()),
         }
     }
 
@@ -251,9 +254,7 @@ impl Trainer {
     /// Whether this trainer's model is a part of one (tensor-, pipeline- or expert-parallel):
     /// its ranks then step, and gather, together.
     pub fn holds_part(&self) -> bool {
-        self.core
-            .module()
-            .is_ok_and(|m| m.parts_group().is_some() || m.is_expert_sharded())
+        self.core.module().is_ok_and(CausalLm::is_sharded)
     }
 
     /// Whether this trainer's model holds only some of the experts ([`CausalLm::shard_experts`]).
@@ -437,6 +438,7 @@ impl Trainer {
                         model,
                         plain: model.valid(),
                         chunks: &chunks,
+                        first: stage.is_first(),
                         last: stage.is_last(),
                         objective: |i: usize, out: Tensor<3>| {
                             let c = &chunks[i];
@@ -455,6 +457,9 @@ impl Trainer {
             // (and the last stage alone the loss and metrics).
             let shared = model.shared_stage_params();
             blockwise::sum_over(stage.group().as_ref(), &mut grads, model, &shared)?;
+            if fused.is_none() {
+                sum_replicated_over_slices(model, &mut grads)?;
+            }
             sums.all_reduce(stage.group().as_ref(), &mut loss)
                 .map_err(|e| BackendError::Collective(Box::new(e)))?;
             acc.accumulate(model, grads);
@@ -491,11 +496,8 @@ impl Trainer {
             record(&mut sums, &mut loss, &m, chunk.trained);
         }
         let mut grads = acc.grads();
-        if let (None, Some(shard)) = (&fused, model.tensor_shard()) {
-            // Each rank made its heads', units' and experts' part of the gradients of the layers'
-            // norm gains and routers.
-            let replicated = model.replicated_layer_params().into_iter().collect();
-            blockwise::sum_over(shard.group().as_ref(), &mut grads, model, &replicated)?;
+        if fused.is_none() {
+            sum_replicated_over_slices(model, &mut grads)?;
         }
         self.core.batch_gradients(grads, loss, sums, &plan)
     }
@@ -680,6 +682,20 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
         .validate()
         .map_err(|e| BackendError::Train(format!("objective: {e}")))?;
     Ok(objective.clone())
+}
+
+/// On Burn's autodiff path, a tensor-parallel rank made its heads', units' and experts' part of
+/// the gradients of the layers' norm gains and routers: sums them over its group (nothing for a
+/// whole model). The fused CPU path completes them in its backward.
+///
+/// # Errors
+/// A failed all-reduce.
+fn sum_replicated_over_slices(model: &CausalLm, grads: &mut GradientsParams) -> Result<()> {
+    let Some(shard) = model.tensor_shard() else {
+        return Ok(());
+    };
+    let replicated = model.replicated_layer_params().into_iter().collect();
+    blockwise::sum_over(shard.group().as_ref(), grads, model, &replicated)
 }
 
 /// A pipeline stage on the fused CPU path: the forward keeps its tape; the last stage's backward
