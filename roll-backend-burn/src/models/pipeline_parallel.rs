@@ -69,7 +69,7 @@ pub fn tensor_pipeline_groups(
     tensor: usize,
 ) -> Result<(Arc<dyn Messenger>, Arc<dyn Messenger>)> {
     let ranks = copy.world_size();
-    if tensor == 0 || ranks % tensor != 0 {
+    if tensor == 0 || !ranks.is_multiple_of(tensor) {
         return Err(BackendError::InvalidInput(format!(
             "{ranks} ranks cannot form pipeline stages of {tensor} tensor-parallel ranks each"
         )));
