@@ -224,15 +224,21 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
 async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
     let (alone_out, alone_reports, alone_model) = alone_run("parts-alone").await;
     let mut outs = vec![alone_out];
-    // Two ranks holding slices of every layer; two pipeline stages; and two copies of two
-    // slices each, trained data-parallel, beside a rollout rank.
-    let cases: [(&str, &[&str], usize, PartKind); 3] = [
+    // Two ranks holding slices of every layer; two pipeline stages; two stages of two slices
+    // each; and two copies of two slices each, trained data-parallel, beside a rollout rank.
+    let cases: [(&str, &[&str], usize, PartKind); 4] = [
         ("parts-tensor", &["model.tensor_parallel=2"], 2, SLICED),
         (
             "parts-pipeline",
             &["model.pipeline_parallel=2"],
             2,
             PartKind::Pipeline,
+        ),
+        (
+            "parts-tensor-pipeline",
+            &["model.tensor_parallel=2", "model.pipeline_parallel=2"],
+            4,
+            PartKind::TensorPipeline { tensor: 2 },
         ),
         (
             "parts-tensor-data",
@@ -256,7 +262,7 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
         }
         let worst = max_param_diff(&alone_model, &model);
         assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
-        if ranks == 2 {
+        if ranks != 5 {
             // Stopped after its first step and resumed: every rank reads its part of the
             // checkpoint, and the run ends where the uninterrupted one did.
             let out = out_dir(&format!("{name}-resumed"));
@@ -277,8 +283,8 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
             };
             assert_eq!(
                 served,
-                [expected],
-                "{name}: the follower trained the step left"
+                vec![expected; ranks - 1],
+                "{name}: the followers trained the step left"
             );
             let worst = max_param_diff(&alone_model, &resumed);
             assert!(worst <= 1e-5, "{name} resumed differs by {worst}");
@@ -584,7 +590,7 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         ),
         (
             &["model.tensor_parallel=2", "model.pipeline_parallel=2"][..],
-            "do not combine",
+            "model.tensor_parallel × model.pipeline_parallel",
         ),
         (
             &["model.tensor_parallel=2", "model.expert_parallel=3"][..],

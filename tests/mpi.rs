@@ -1,6 +1,7 @@
-//! roll across three processes under `mpirun -np 3` on this machine (feature `mpi`).
+//! roll across three processes under `mpirun -np 3`, then four under `mpirun -np 4`, on this
+//! machine (feature `mpi`).
 //!
-//! Run plainly, `main` launches itself under `mpirun`; each rank then:
+//! Run plainly, `main` launches itself under `mpirun`; each rank of the three then:
 //! 1. trains three steps of the tiny fixture data-parallel — its own shard of each batch, the
 //!    gradients summed over MPI — and checks that both ranks hold the same weights and that they
 //!    are those of one trainer on the whole batch (rank 0 trains that one too);
@@ -26,6 +27,11 @@
 //!    micro-batches one forward one backward, activations and gradients as MPI messages (past
 //!    the eager limit, so a schedule in which two ranks send to each other at once would hang),
 //!    and checks each stage's weights after two steps against the whole trainer's.
+//!
+//! Each rank of the four runs two GRPO steps colocated, then the same two steps with the actor
+//! in two pipeline stages of two tensor-parallel processes each (`model.tensor_parallel=2`,
+//! `model.pipeline_parallel=2`: sub-groups of a sub-group of the job), which must end on the same
+//! weights.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -56,25 +62,10 @@ fn main() -> ExitCode {
     }
     // Honour `cargo test -- <filter>` as a libtest binary would: nothing here matches `--list`.
     if std::env::args().any(|a| a == "--list") {
-        println!("mpirun_three_ranks: test");
+        println!("mpirun_three_then_four_ranks: test");
         return ExitCode::SUCCESS;
     }
-    let exe = std::env::current_exe().expect("own path");
-    let out = match Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", "3"])
-        .arg(exe)
-        .env(CHILD, "1")
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            eprintln!("mpirun: {e}: install MPI (Debian: openmpi-bin libopenmpi-dev)");
-            return ExitCode::FAILURE;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let expected = [
+    let three = [
         "rank 0: data parallel over MPI equals one trainer",
         "rank 1: data parallel over MPI equals one trainer",
         "rank 2: data parallel over MPI equals one trainer",
@@ -98,22 +89,56 @@ fn main() -> ExitCode {
         "rank 1: pipeline stage of layers 1..2 trains as the whole model",
         "rank 2: pipeline stage of layers 2..4 trains as the whole model",
     ];
+    let four = [
+        "rank 0: led 2 GRPO steps over 2 pipeline stages of 2 tensor-parallel processes, the \
+         same weights as colocated",
+        "rank 1: served 2 steps holding TensorPipeline { tensor: 2 }",
+        "rank 3: served 2 steps holding TensorPipeline { tensor: 2 }",
+    ];
+    for (ranks, expected) in [(3, &three[..]), (4, &four[..])] {
+        if let Err(e) = mpirun(ranks, expected) {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    println!("test mpirun_three_then_four_ranks ... ok");
+    ExitCode::SUCCESS
+}
+
+/// Runs this test's checks for `ranks` processes under `mpirun`; an error unless every rank
+/// succeeds and the output has every `expected` line.
+fn mpirun(ranks: usize, expected: &[&str]) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let out = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(ranks.to_string())
+        .arg(exe)
+        .env(CHILD, "1")
+        .output()
+        .map_err(|e| format!("mpirun: {e}: install MPI (Debian: openmpi-bin libopenmpi-dev)"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     let missing: Vec<&str> = expected
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|line| !stdout.contains(line))
         .collect();
     if !out.status.success() || !missing.is_empty() {
-        eprintln!("mpirun failed or lines are missing: {missing:?}\n{stdout}\n{stderr}");
-        return ExitCode::FAILURE;
+        return Err(format!(
+            "mpirun -np {ranks} failed or lines are missing: {missing:?}\n{stdout}\n{stderr}"
+        ));
     }
-    println!("{stdout}test mpirun_three_ranks ... ok");
-    ExitCode::SUCCESS
+    println!("{stdout}");
+    Ok(())
 }
 
 fn rank_main() -> anyhow::Result<()> {
     let world = MpiWorld::init()?;
     let group: Arc<dyn Messenger> = Arc::new(world.replica(DeviceSpec::Cpu));
-    let checked = every_check(&group);
+    let checked = match group.world_size() {
+        4 => tensor_pipeline_run(&group),
+        _ => every_check(&group),
+    };
     if let Err(e) = &checked {
         // The other ranks may be waiting in a collective: end the job rather than let it hang.
         group.abort(&format!("{e:#}"));
@@ -179,6 +204,26 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         "rank {rank}: pipeline stage of layers {layers:?} trains as the whole model \
          (max |Δ| {worst:e})"
     );
+    Ok(())
+}
+
+/// Two GRPO steps colocated, then with the actor in 2 pipeline stages of 2 tensor-parallel
+/// processes each; rank 0 checks that both end on the same weights.
+fn tensor_pipeline_run(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
+    let colocated = grpo_run_across_ranks(group, &[], false)?;
+    let parts = ["model.tensor_parallel=2", "model.pipeline_parallel=2"];
+    let both = grpo_run_across_ranks(group, &parts, false)?;
+    if let (Some(a), Some(b)) = (colocated, both) {
+        let worst = max_diff(&flat(&a), &flat(&b));
+        anyhow::ensure!(
+            worst <= 1e-5,
+            "2 stages of 2 slices differ from colocated by {worst}"
+        );
+        println!(
+            "rank 0: led 2 GRPO steps over 2 pipeline stages of 2 tensor-parallel processes, \
+             the same weights as colocated (max |Δ| {worst:e})"
+        );
+    }
     Ok(())
 }
 

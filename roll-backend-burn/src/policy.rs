@@ -119,6 +119,15 @@ pub enum PartKind {
     },
     /// Pipeline parallelism: each rank a stage, a block of the layers.
     Pipeline,
+    /// Both: the copy's ranks form stages of `tensor` tensor-parallel ranks each, rank
+    /// `s·tensor + t` holding slice `t` of stage `s`'s layers (Megatron's order); dense models.
+    /// [`ModelParts::part_of`] forms the stages' groups and the links between them
+    /// ([`tensor_pipeline_groups`](crate::tensor_pipeline_groups)), a collective of the copy's
+    /// ranks.
+    TensorPipeline {
+        /// Tensor-parallel ranks per stage (config `model.tensor_parallel`).
+        tensor: usize,
+    },
     /// Expert parallelism across the data-parallel ranks: each rank a block of every mixture's
     /// experts and the rest whole, and its own tokens ([`CausalLm::shard_experts`]); the
     /// copies side by side make one data-parallel group.
@@ -136,15 +145,22 @@ impl ModelParts {
         Trainer::load_checkpoint_part(part, device, |model| self.part_of(model))
     }
 
-    /// This rank's part of `model`.
+    /// This rank's part of `model`. Every rank of the copy calls it together (for
+    /// [`PartKind::TensorPipeline`] it forms the copy's groups).
     ///
     /// # Errors
-    /// As [`CausalLm::shard_tensors`], [`CausalLm::split_stages`] and
-    /// [`CausalLm::shard_experts`].
+    /// As [`CausalLm::shard_tensors`], [`CausalLm::split_stages`],
+    /// [`CausalLm::shard_experts`] and [`tensor_pipeline_groups`](crate::tensor_pipeline_groups).
     pub fn part_of(&self, model: CausalLm) -> Result<CausalLm> {
         match self.kind {
             PartKind::Tensor { experts } => model.shard_tensors(self.group.clone(), experts),
             PartKind::Pipeline => model.split_stages(self.group.clone()),
+            PartKind::TensorPipeline { tensor } => {
+                let (slices, link) = crate::tensor_pipeline_groups(&self.group, tensor)?;
+                model
+                    .split_stages(link)?
+                    .shard_tensors(slices, ExpertSplit::Sliced)
+            }
             PartKind::Experts => model
                 .shard_experts(self.group.clone())?
                 .with_expert_replicas(self.data.clone()),

@@ -226,6 +226,7 @@ fn part_key(kind: PartKind) -> &'static str {
     match kind {
         PartKind::Tensor { .. } => "model.tensor_parallel",
         PartKind::Pipeline => "model.pipeline_parallel",
+        PartKind::TensorPipeline { .. } => "model.tensor_parallel × model.pipeline_parallel",
         PartKind::Experts => "model.expert_parallel",
     }
 }

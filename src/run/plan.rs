@@ -225,7 +225,11 @@ impl RunPlan {
                         };
                         Some((PartKind::Tensor { experts }, t as usize))
                     }
-                    (_, p) => Some((PartKind::Pipeline, p as usize)),
+                    (1, p) => Some((PartKind::Pipeline, p as usize)),
+                    (t, p) => Some((
+                        PartKind::TensorPipeline { tensor: t as usize },
+                        (t * p) as usize,
+                    )),
                 },
             },
             pipeline: RlvrPipelineConfig::from_config(config),

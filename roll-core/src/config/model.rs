@@ -34,7 +34,8 @@ pub struct ModelConfig {
     /// slice of every layer's attention heads and MLP (tensor parallelism, Megatron-LM's): the
     /// training processes form `N / tensor_parallel` such copies, trained data-parallel.
     /// Qwen2, Qwen3 and Qwen3-MoE, without LoRA; the heads, key/value heads and MLP widths must
-    /// divide. Default `1`. ROLL: `tensor_model_parallel_size`.
+    /// divide. With `pipeline_parallel` above 1 too, each pipeline stage is tensor-parallel (see
+    /// there). Default `1`. ROLL: `tensor_model_parallel_size`.
     #[serde(default = "one")]
     pub tensor_parallel: u32,
     /// How the `tensor_parallel` processes holding a copy of a mixture of experts divide its
@@ -54,7 +55,10 @@ pub struct ModelConfig {
     /// Processes of a distributed run that hold one copy of the actor between them, each a
     /// block of its layers, micro-batches running one forward one backward through them
     /// (pipeline parallelism). Dense Qwen2/Qwen3, without LoRA; at most one stage per layer.
-    /// Default `1`. ROLL: `pipeline_model_parallel_size`.
+    /// With `tensor_parallel` above 1 too, a copy spans `tensor_parallel × pipeline_parallel`
+    /// processes: `pipeline_parallel` stages of `tensor_parallel` consecutive processes, each
+    /// holding a slice of its stage's layers (Megatron-LM's layout); the training processes
+    /// form copies of that many. Default `1`. ROLL: `pipeline_model_parallel_size`.
     #[serde(default = "one")]
     pub pipeline_parallel: u32,
 }
@@ -103,12 +107,6 @@ impl ModelConfig {
             "1 (every expert sliced) or model.tensor_parallel (whole experts): the experts are \
              divided among the processes of a tensor-parallel copy of the actor (without tensor \
              or pipeline parallelism, among the training processes)",
-        )?;
-        model.require(
-            self.tensor_parallel == 1 || self.pipeline_parallel == 1,
-            "pipeline_parallel",
-            self.pipeline_parallel,
-            "1 when model.tensor_parallel is above 1 (the two do not combine yet)",
         )?;
         let c = Checker::new("model.source");
         match &self.source {
