@@ -10,7 +10,8 @@
 //!   every step.
 //!
 //! Either way, `model.tensor_parallel=T` or `model.pipeline_parallel=P` makes the training ranks
-//! hold the actor in copies of `T` (`P`) ranks: slices of every layer, or blocks of layers.
+//! hold the actor in copies of `T` (`P`) ranks: slices of every layer, or blocks of layers; both
+//! make copies of `T·P` ranks, `P` stages of `T` slices each.
 //!
 //! ```sh
 //! cargo build --release --features mpi --example distributed_grpo
@@ -18,6 +19,7 @@
 //! mpirun -np 3 target/release/examples/distributed_grpo rollout.ranks=2  # rank 0 trains, 1 and 2 generate
 //! mpirun -np 2 target/release/examples/distributed_grpo model.tensor_parallel=2    # 2 slices of one copy
 //! mpirun -np 3 target/release/examples/distributed_grpo model.pipeline_parallel=3  # 3 stages of one copy
+//! mpirun -np 4 target/release/examples/distributed_grpo model.tensor_parallel=2 model.pipeline_parallel=2
 //! srun --ntasks=4 target/release/examples/distributed_grpo               # a Slurm allocation
 //! ```
 //!

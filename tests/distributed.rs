@@ -238,7 +238,10 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
             "parts-tensor-pipeline",
             &["model.tensor_parallel=2", "model.pipeline_parallel=2"],
             4,
-            PartKind::TensorPipeline { tensor: 2 },
+            PartKind::TensorPipeline {
+                tensor: 2,
+                experts: ExpertSplit::Sliced,
+            },
         ),
         (
             "parts-tensor-data",
@@ -314,7 +317,9 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     // The same run of a mixture of experts in one process, and over two ranks: holding half the
     // heads each and half the experts (`model.expert_parallel = 2`) or half of every expert; or,
     // without tensor parallelism, half the experts each and their own tokens, which travel to
-    // their experts and back (`model.expert_parallel = 2` alone).
+    // their experts and back (`model.expert_parallel = 2` alone); or in two pipeline stages (the
+    // dense layer, the mixture), and in two stages of two ranks holding half the heads and half
+    // the experts each: all three at once.
     let base = out_dir("moe-model");
     std::fs::create_dir_all(&base).expect("dir");
     let dir = moe_model_dir(&base);
@@ -328,26 +333,48 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     drop(alone);
     let mut outs = vec![base, alone_out];
     let tensor = |experts| PartKind::Tensor { experts };
-    for (name, extra, part) in [
+    for (name, extra, part, ranks) in [
         (
             "moe-experts-whole",
             &["model.tensor_parallel=2", "model.expert_parallel=2"][..],
             tensor(ExpertSplit::Whole),
+            2,
         ),
         (
             "moe-experts-sliced",
             &["model.tensor_parallel=2"][..],
             tensor(ExpertSplit::Sliced),
+            2,
         ),
         (
             "moe-experts-across",
             &["model.expert_parallel=2"][..],
             PartKind::Experts,
+            2,
+        ),
+        (
+            "moe-stages",
+            &["model.pipeline_parallel=2"][..],
+            PartKind::Pipeline,
+            2,
+        ),
+        (
+            "moe-stages-of-experts",
+            &[
+                "model.tensor_parallel=2",
+                "model.pipeline_parallel=2",
+                "model.expert_parallel=2",
+            ][..],
+            PartKind::TensorPipeline {
+                tensor: 2,
+                experts: ExpertSplit::Whole,
+            },
+            4,
         ),
     ] {
         let out = out_dir(name);
         let overrides = [extra, &[source.as_str()]].concat();
-        let (reports, model, served) = led_run(config(&out, &overrides), 2).await;
+        let (reports, model, served) = led_run(config(&out, &overrides), ranks).await;
         outs.push(out);
         same_steps(
             &alone_reports,
@@ -355,7 +382,8 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             &["actor/trained_tokens", "actor/sequences"],
         );
         let part = Some(part);
-        assert_eq!(served, [Followed::Trained { steps: 2, part }], "{name}");
+        let trained = Followed::Trained { steps: 2, part };
+        assert_eq!(served, vec![trained; ranks - 1], "{name}");
         let worst = max_param_diff(&alone_model, &model);
         assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
         if name == "moe-experts-across" {

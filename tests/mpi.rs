@@ -92,8 +92,8 @@ fn main() -> ExitCode {
     let four = [
         "rank 0: led 2 GRPO steps over 2 pipeline stages of 2 tensor-parallel processes, the \
          same weights as colocated",
-        "rank 1: served 2 steps holding TensorPipeline { tensor: 2 }",
-        "rank 3: served 2 steps holding TensorPipeline { tensor: 2 }",
+        "rank 1: served 2 steps holding TensorPipeline { tensor: 2, experts: Sliced }",
+        "rank 3: served 2 steps holding TensorPipeline { tensor: 2, experts: Sliced }",
     ];
     for (ranks, expected) in [(3, &three[..]), (4, &four[..])] {
         if let Err(e) = mpirun(ranks, expected) {

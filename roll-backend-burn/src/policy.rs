@@ -120,13 +120,16 @@ pub enum PartKind {
     /// Pipeline parallelism: each rank a stage, a block of the layers.
     Pipeline,
     /// Both: the copy's ranks form stages of `tensor` tensor-parallel ranks each, rank
-    /// `s·tensor + t` holding slice `t` of stage `s`'s layers (Megatron's order); dense models.
-    /// [`ModelParts::part_of`] forms the stages' groups and the links between them
+    /// `s·tensor + t` holding slice `t` of stage `s`'s layers (Megatron's order), a mixture's
+    /// experts divided among a stage's ranks as `experts` says. [`ModelParts::part_of`] forms
+    /// the stages' groups and the links between them
     /// ([`tensor_pipeline_groups`](crate::tensor_pipeline_groups)), a collective of the copy's
     /// ranks.
     TensorPipeline {
         /// Tensor-parallel ranks per stage (config `model.tensor_parallel`).
         tensor: usize,
+        /// How a mixture of experts' experts are divided (config `model.expert_parallel`).
+        experts: ExpertSplit,
     },
     /// Expert parallelism across the data-parallel ranks: each rank a block of every mixture's
     /// experts and the rest whole, and its own tokens ([`CausalLm::shard_experts`]); the
@@ -155,11 +158,9 @@ impl ModelParts {
         match self.kind {
             PartKind::Tensor { experts } => model.shard_tensors(self.group.clone(), experts),
             PartKind::Pipeline => model.split_stages(self.group.clone()),
-            PartKind::TensorPipeline { tensor } => {
+            PartKind::TensorPipeline { tensor, experts } => {
                 let (slices, link) = crate::tensor_pipeline_groups(&self.group, tensor)?;
-                model
-                    .split_stages(link)?
-                    .shard_tensors(slices, ExpertSplit::Sliced)
+                model.split_stages(link)?.shard_tensors(slices, experts)
             }
             PartKind::Experts => model
                 .shard_experts(self.group.clone())?

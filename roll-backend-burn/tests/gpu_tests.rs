@@ -2,8 +2,9 @@
 //! trainer step — forward, backward, global clip and the fused AdamW kernel — on the wgpu device
 //! leaves the parameters where the same step on the CPU does (with one trainer, with two
 //! data-parallel replicas on the device, with two tensor-parallel ranks training block by block
-//! — a dense model, and a mixture of experts with two whole experts per rank — and with two
-//! pipeline stages on Burn's autodiff path), and the engine's device decoder
+//! — a dense model, and a mixture of experts with two whole experts per rank — with two
+//! pipeline stages on Burn's autodiff path, and with two stages of two tensor-parallel ranks
+//! each), and the engine's device decoder
 //! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
 //! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
@@ -16,7 +17,9 @@ use burn::module::Module;
 use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
 use roll_backend_burn::gpu::vulkan_device;
 use roll_backend_burn::train::{DataParallel, TrainStepReport, Trainer, TrainerConfig};
-use roll_backend_burn::{CausalLm, Device, DeviceSpec, ExpertSplit, load_model};
+use roll_backend_burn::{
+    CausalLm, Device, DeviceSpec, ExpertSplit, load_model, tensor_pipeline_groups,
+};
 use roll_core::policy::{Generation, GenerationRequest, Objective, SamplingParams};
 use roll_core::strategy::{LocalGroup, Messenger};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
@@ -99,6 +102,7 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
 /// `part_of` it: the GPU's gathered weights and norms within 1e-4 of the CPU's.
 fn parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(
     model: CausalLm,
+    ranks: usize,
     part_of: impl Fn(CausalLm, Arc<dyn Messenger>) -> CausalLm + Sync,
 ) {
     let config = TrainerConfig {
@@ -112,7 +116,7 @@ fn parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(
         .map(|_| whole.step(&batch(), &Objective::default()).unwrap())
         .collect();
     let on_cpu = params(&whole.inference_model().unwrap());
-    let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); 2]).unwrap();
+    let ranks = LocalGroup::replicas(vec![DeviceSpec::Vulkan(0); ranks]).unwrap();
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
             .iter()
@@ -140,12 +144,20 @@ fn parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(
 #[test]
 fn tensor_and_pipeline_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cpu() {
     let model = load_model(support::fixture("tiny-qwen2-sft"), &Device::flex()).unwrap();
-    // Two ranks holding slices of every layer, then two pipeline stages.
-    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model.clone(), |m, group| {
+    // Two ranks holding slices of every layer, two pipeline stages, then two stages of two
+    // slices each.
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model.clone(), 2, |m, group| {
         m.shard_tensors(group, ExpertSplit::Sliced).unwrap()
     });
-    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, |m, link| {
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model.clone(), 2, |m, link| {
         m.split_stages(link).unwrap()
+    });
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, 4, |m, copy| {
+        let (slices, link) = tensor_pipeline_groups(&copy, 2).unwrap();
+        m.split_stages(link)
+            .unwrap()
+            .shard_tensors(slices, ExpertSplit::Sliced)
+            .unwrap()
     });
 }
 
@@ -157,7 +169,7 @@ fn a_tensor_parallel_mixture_of_experts_trains_on_the_gpu_as_the_whole_model_on_
     config.shared_expert_intermediate_size = Some(32);
     let model = CausalLm::init(&config, &Device::flex()).unwrap();
     let _ = params(&model);
-    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, |m, group| {
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, 2, |m, group| {
         m.shard_tensors(group, ExpertSplit::Whole).unwrap()
     });
 }

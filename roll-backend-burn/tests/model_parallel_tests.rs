@@ -619,7 +619,8 @@ fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
 #[test]
 fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
     // Micro-batches of at most 24 tokens: 3–4 per batch, so the schedule has a steady state. On
-    // the fused CPU path and on Burn's autodiff path (each stage re-run with its graph).
+    // the fused CPU path and on Burn's autodiff path (each stage block by block), where a
+    // mixture of experts trains (its dense layer on stage 0, its mixture on stage 1).
     use TrainKernels::{Auto as Fused, Autodiff};
     for (name, model, stages, kernels) in [
         ("qwen2", qwen2(), 2, Fused),
@@ -627,6 +628,7 @@ fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
         ("qwen3", qwen3(), 2, Fused),
         ("qwen2", qwen2(), 3, Autodiff),
         ("qwen3", qwen3(), 2, Autodiff),
+        ("qwen3_moe", qwen3_moe(), 2, Autodiff),
     ] {
         let config = TrainerConfig {
             micro_batch_tokens: Some(24),
@@ -661,12 +663,13 @@ fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
     }
 }
 
-/// Slice `t` of stage `s` of a pipeline of `stages` stages of 2 tensor-parallel ranks, on rank
-/// `s·2 + t` of `copy` (split into stages first, or sliced first).
+/// Slice `t` of stage `s` of a pipeline of stages of 2 tensor-parallel ranks, on rank `s·2 + t`
+/// of `copy` (split into stages first, or sliced first), a mixture's experts divided as `split`.
 fn tensor_pipeline_part(
     model: CausalLm,
     copy: &Arc<dyn Messenger>,
     stages_first: bool,
+    split: ExpertSplit,
 ) -> CausalLm {
     let (slices, link) = tensor_pipeline_groups(copy, 2).unwrap();
     assert_eq!(copy.rank(), link.rank() * 2 + slices.rank());
@@ -674,10 +677,10 @@ fn tensor_pipeline_part(
         model
             .split_stages(link)
             .unwrap()
-            .shard_tensors(slices, ExpertSplit::Sliced)
+            .shard_tensors(slices, split)
     } else {
         model
-            .shard_tensors(slices, ExpertSplit::Sliced)
+            .shard_tensors(slices, split)
             .unwrap()
             .split_stages(link)
     };
@@ -689,26 +692,31 @@ fn tensor_parallel_pipeline_stages_train_as_the_whole_trainer() {
     // A pipeline of 2 stages of 2 tensor-parallel ranks (4 threads), micro-batches of at most 24
     // tokens (3–4 per batch), two clipped AdamW steps: every rank's gradients, reports and
     // weights equal its slice of its stage's part of the whole trainer's, on the fused CPU path
-    // and on Burn's autodiff path (block by block).
+    // and on Burn's autodiff path (block by block) — where a mixture of experts trains, its
+    // experts sliced or whole within each stage (a dense first layer on stage 0, the mixture on
+    // stage 1).
+    use ExpertSplit::{Sliced, Whole};
     use TrainKernels::{Auto as Fused, Autodiff};
-    for (name, model, kernels) in [
-        ("qwen2", qwen2(), Fused),
-        ("qwen3", qwen3(), Fused),
-        ("qwen2", qwen2(), Autodiff),
-        ("qwen3", qwen3(), Autodiff),
+    for (name, model, kernels, split) in [
+        ("qwen2", qwen2(), Fused, Sliced),
+        ("qwen3", qwen3(), Fused, Sliced),
+        ("qwen2", qwen2(), Autodiff, Sliced),
+        ("qwen3", qwen3(), Autodiff, Sliced),
+        ("qwen3_moe", qwen3_moe(), Autodiff, Sliced),
+        ("qwen3_moe", qwen3_moe(), Autodiff, Whole),
     ] {
         let config = TrainerConfig {
             micro_batch_tokens: Some(24),
             kernels,
             ..step_config()
         };
-        let name = format!("{name} over 2 stages of 2 slices, {kernels:?}");
+        let name = format!("{name} over 2 stages of 2 slices, {kernels:?}, experts {split:?}");
         let batches = [train_batch(&model, 11), train_batch(&model, 12)];
         let whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
         let want = train(whole, &batches);
         assert!(want.0[0].1.micro_batches >= 3, "{name}: {:?}", want.0[0].1);
         let ranks = on_ranks(4, |copy| {
-            let part = tensor_pipeline_part(model.clone(), &copy, true);
+            let part = tensor_pipeline_part(model.clone(), &copy, true, split);
             let slice = part.tensor_shard().unwrap().rank();
             let trainer = Trainer::new(part, config.clone(), &Device::flex()).unwrap();
             assert_eq!(trainer.kernels(), kernels);
@@ -796,18 +804,27 @@ fn model_parallel_refusals_name_the_cause() {
             assert!(err.contains(what) && err.contains(kind), "{err}");
         }
     }
-    // What only a whole model does, and a mixture of experts.
+    // What only a whole model does, and expert parallelism across ranks holding different
+    // tokens, which neither takes stages nor is taken by a stage.
     let errors = on_ranks(1, |link| {
         let stage = qwen2().split_stages(link.clone()).unwrap();
         let moe = || CausalLm::init(&qwen3_moe_config(), &device).unwrap();
+        let experts = || moe().shard_experts(link.clone()).unwrap();
+        let moe_stage = || moe().split_stages(link.clone()).unwrap();
         [
             (
                 "run a whole forward",
                 error(CpuDecoder::from_model(&stage).map(drop)),
             ),
             (
-                "dense qwen2/qwen3",
-                error(moe().split_stages(link.clone()).map(drop)),
+                "an expert-parallel model (CausalLm::shard_experts) holds only some of its \
+                 experts: it is already sharded",
+                error(experts().split_stages(link.clone()).map(drop)),
+            ),
+            (
+                "a pipeline stage (CausalLm::split_stages) holds only some of the layers: it is \
+                 already sharded; divide the experts of the whole model",
+                error(moe_stage().shard_experts(link.clone()).map(drop)),
             ),
             (
                 "cannot form pipeline stages of 2",
@@ -839,7 +856,7 @@ fn gathering_the_parts_gives_the_whole_model_on_every_rank() {
         });
         // Sliced first this time (the training test splits into stages first).
         let both = on_ranks(4, |copy| {
-            let part = tensor_pipeline_part(model.clone(), &copy, false);
+            let part = tensor_pipeline_part(model.clone(), &copy, false, ExpertSplit::Sliced);
             support::params(&part.gather().unwrap())
         });
         for (kind, got) in [("tensor", tensor), ("pipeline", pipeline), ("both", both)] {
@@ -928,7 +945,12 @@ fn a_tensor_parallel_mixture_of_experts_gathers_whole_and_names_what_it_refuses(
             let part = model.clone().shard_tensors(group, split).unwrap();
             support::params(&part.gather().unwrap())
         });
-        for (rank, got) in got.iter().enumerate() {
+        // And in two pipeline stages of two such ranks each.
+        let staged = on_ranks(4, |copy| {
+            let part = tensor_pipeline_part(model.clone(), &copy, false, split);
+            support::params(&part.gather().unwrap())
+        });
+        for (rank, got) in got.iter().chain(&staged).enumerate() {
             assert!(got == &want, "{split:?} rank {rank}");
         }
     }

@@ -211,25 +211,29 @@ impl RunPlan {
                 device: config.model.device,
                 trainer_devices: config.model.trainer_devices(),
                 plain_prompts: config.model.prompt_format == PromptFormat::Plain,
-                parts: match (config.model.tensor_parallel, config.model.pipeline_parallel) {
-                    (1, 1) => match config.model.expert_parallel {
-                        1 => None,
-                        e => Some((PartKind::Experts, e as usize)),
-                    },
-                    (t, 1) => {
-                        // Validated: 1 (every expert sliced) or the tensor-parallel width.
-                        let experts = if config.model.expert_parallel > 1 {
-                            ExpertSplit::Whole
-                        } else {
-                            ExpertSplit::Sliced
-                        };
-                        Some((PartKind::Tensor { experts }, t as usize))
+                parts: {
+                    // Validated: 1 (every expert sliced) or the tensor-parallel width where
+                    // there are tensor-parallel ranks.
+                    let experts = if config.model.expert_parallel > 1 {
+                        ExpertSplit::Whole
+                    } else {
+                        ExpertSplit::Sliced
+                    };
+                    match (config.model.tensor_parallel, config.model.pipeline_parallel) {
+                        (1, 1) => match config.model.expert_parallel {
+                            1 => None,
+                            e => Some((PartKind::Experts, e as usize)),
+                        },
+                        (t, 1) => Some((PartKind::Tensor { experts }, t as usize)),
+                        (1, p) => Some((PartKind::Pipeline, p as usize)),
+                        (t, p) => Some((
+                            PartKind::TensorPipeline {
+                                tensor: t as usize,
+                                experts,
+                            },
+                            (t * p) as usize,
+                        )),
                     }
-                    (1, p) => Some((PartKind::Pipeline, p as usize)),
-                    (t, p) => Some((
-                        PartKind::TensorPipeline { tensor: t as usize },
-                        (t * p) as usize,
-                    )),
                 },
             },
             pipeline: RlvrPipelineConfig::from_config(config),

@@ -4,7 +4,6 @@ use super::attention::causal_padding_mask;
 use super::batch::TokenBatch;
 use super::decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer, FeedForwardBlock};
 use super::expert_parallel::ExpertShard;
-use super::mlp::Mlp;
 use super::norm::rms_norm_hf;
 use super::pipeline_parallel::PipelineStage;
 use super::qwen2::Qwen2Config;
@@ -193,9 +192,14 @@ impl CausalLm {
     /// Every rank of `group` must shard the same model and run each forward together.
     ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a dense model, or a group with more ranks than the
-    /// model has experts.
+    /// [`BackendError::InvalidInput`] for a dense model, a model already sharded (its ranks
+    /// would not hold different tokens), or a group with more ranks than the model has experts.
     pub fn shard_experts(self, group: Arc<dyn Strategy>) -> Result<Self> {
+        if let Some(kind) = self.sharding() {
+            return Err(BackendError::InvalidInput(format!(
+                "{kind}: it is already sharded; divide the experts of the whole model"
+            )));
+        }
         let Self::Qwen3Moe(mut m) = self else {
             return Err(BackendError::InvalidInput(
                 "expert parallelism needs a mixture of experts (qwen3_moe); this model is dense"
@@ -371,8 +375,8 @@ impl CausalLm {
     /// ends in its group's all-reduce).
     ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a mixture of experts, a pipeline stage or an
-    /// expert-parallel model, or more stages than layers.
+    /// [`BackendError::InvalidInput`] for a pipeline stage or an expert-parallel model (whose
+    /// ranks hold different tokens: [`CausalLm::shard_experts`]), or more stages than layers.
     pub fn split_stages(self, link: Arc<dyn Messenger>) -> Result<Self> {
         if self.pipeline_stage().is_some() || self.is_expert_sharded() {
             let kind = self.sharding().unwrap_or("a part of a model");
@@ -380,7 +384,7 @@ impl CausalLm {
                 "{kind}: it is already sharded; split the whole model into stages"
             )));
         }
-        fn split<A: Architecture<FeedForward = Mlp>>(
+        fn split<A: Architecture>(
             mut m: Decoder<A>,
             link: Arc<dyn Messenger>,
         ) -> Result<Decoder<A>> {
@@ -400,10 +404,7 @@ impl CausalLm {
         match self {
             Self::Qwen2(m) => Ok(Self::Qwen2(split(m, link)?)),
             Self::Qwen3(m) => Ok(Self::Qwen3(split(m, link)?)),
-            Self::Qwen3Moe(_) => Err(BackendError::InvalidInput(
-                "pipeline parallelism covers dense qwen2/qwen3 (it trains on the fused CPU path)"
-                    .into(),
-            )),
+            Self::Qwen3Moe(m) => Ok(Self::Qwen3Moe(split(m, link)?)),
         }
     }
 
