@@ -1,4 +1,4 @@
-//! Pipeline parallelism for dense Qwen2/Qwen3 (GPipe: Huang et al. 2019, arXiv:1811.06965;
+//! Pipeline parallelism for Qwen2, Qwen3 and Qwen3-MoE (GPipe: Huang et al. 2019, arXiv:1811.06965;
 //! the one-forward-one-backward schedule of PipeDream-Flush: Narayanan et al. 2021,
 //! arXiv:2006.09503, as Megatron-LM runs it; ROLL's `pipeline_model_parallel_size`).
 //!
@@ -20,9 +20,10 @@
 //! forwards as there are stages after it before its first backward, then alternates, so at most
 //! `P − s` micro-batches' activations are alive on stage `s` at once (GPipe keeps all of them).
 //!
-//! A stage model trains ([`Trainer`](crate::train::Trainer)) on the fused CPU path, or on Burn's
-//! autodiff path (a GPU) re-running the stage with its graph in the backward from the input it
-//! kept; every stage takes each step together on the same batch. It does not run a whole forward
+//! A stage model trains ([`Trainer`](crate::train::Trainer)) on the fused CPU path (dense), or on
+//! Burn's autodiff path (a GPU, a mixture of experts) block by block, re-running each block with
+//! its graph in the backward from the input it kept; every stage takes each step together on the
+//! same batch. It does not run a whole forward
 //! (scoring, an inference engine, saving need every layer and are refused; gather first,
 //! [`CausalLm::gather`](crate::CausalLm::gather)).
 

@@ -54,7 +54,8 @@ pub struct ModelConfig {
     pub expert_parallel: u32,
     /// Processes of a distributed run that hold one copy of the actor between them, each a
     /// block of its layers, micro-batches running one forward one backward through them
-    /// (pipeline parallelism). Dense Qwen2/Qwen3, without LoRA; at most one stage per layer.
+    /// (pipeline parallelism). Qwen2, Qwen3 and Qwen3-MoE, without LoRA; at most one stage per
+    /// layer.
     /// With `tensor_parallel` above 1 too, a copy spans `tensor_parallel × pipeline_parallel`
     /// processes: `pipeline_parallel` stages of `tensor_parallel` consecutive processes, each
     /// holding a slice of its stage's layers (Megatron-LM's layout); the training processes
