@@ -2,7 +2,7 @@
 //! packed `A` panel times a packed `B` panel, as chains of fused multiply-adds.
 //!
 //! Every output element is `c ← fma(a_k, b_k, c)` for `k = 0, 1, …` in order: the AVX-512 kernel
-//! holds a row of two tiles (32 columns) in two 16-lane registers, the AVX2 kernel a tile's 16
+//! holds a row of two tiles (32 columns) in two 16-lane registers, for up to twelve rows, the AVX2 kernel a tile's 16
 //! columns in two 8-lane registers, the portable kernel one `f32` at a time with
 //! [`f32::mul_add`], and all round exactly the same way — one rounding per step of the chain. So
 //! the bits of an element depend only on its own row of `A`, column of `B` and starting value,
@@ -35,6 +35,24 @@ pub(crate) trait MicroKernel: Copy {
         self.tile(a, b1, &mut halves[1]);
         for (r, row) in acc.iter_mut().enumerate() {
             *row = [halves[0][r], halves[1][r]];
+        }
+    }
+
+    /// Two whole `A` panels over a pair of tiles: `acc[..MR]` from `a0`'s rows, `acc[MR..]` from
+    /// `a1`'s, each over `b0` (columns `..NR`) and `b1` (`NR..`) — the chains of two
+    /// [`Self::tile_pair`] calls, which is what this does unless the kernel has the registers
+    /// to run all four tiles together.
+    #[inline(always)]
+    fn tile_quad(
+        self,
+        (a0, a1): (&[f32], &[f32]),
+        b: (&[f32], &[f32]),
+        acc: &mut [[[f32; NR]; 2]; 2 * MR],
+    ) {
+        for (a, rows) in [(a0, 0), (a1, MR)] {
+            let mut half: [[[f32; NR]; 2]; MR] = core::array::from_fn(|r| acc[rows + r]);
+            self.tile_pair::<MR>(a, b, &mut half);
+            acc[rows..rows + MR].copy_from_slice(&half);
         }
     }
 }
@@ -108,6 +126,37 @@ mod avx512 {
                     let ar = simd.splat_f32x16(ar);
                     row[0] = simd.mul_add_f32x16(ar, p0, row[0]);
                     row[1] = simd.mul_add_f32x16(ar, p1, row[1]);
+                }
+            }
+            for (out, row) in acc.iter_mut().zip(c) {
+                *out = [bytemuck::cast(row[0]), bytemuck::cast(row[1])];
+            }
+        }
+
+        /// Twenty-four chains in registers (of 32): per step two `B` loads and twelve
+        /// broadcasts of `A` feed twenty-four multiply-adds, where a pair's twelve leave the
+        /// loads and the loop's bookkeeping a larger share of each cycle.
+        #[inline(always)]
+        fn tile_quad(
+            self,
+            (a0, a1): (&[f32], &[f32]),
+            (b0, b1): (&[f32], &[f32]),
+            acc: &mut [[[f32; NR]; 2]; 2 * MR],
+        ) {
+            let simd = self.0;
+            let b0: &[f32x16] = bytemuck::cast_slice(b0);
+            let b1: &[f32x16] = bytemuck::cast_slice(b1);
+            let mut c: [[f32x16; 2]; 2 * MR] =
+                core::array::from_fn(|r| [bytemuck::cast(acc[r][0]), bytemuck::cast(acc[r][1])]);
+            let (top, bottom) = c.split_at_mut(MR);
+            let steps = a0.chunks_exact(MR).zip(a1.chunks_exact(MR));
+            for ((a0k, a1k), (&p0, &p1)) in steps.zip(b0.iter().zip(b1)) {
+                for (rows, ak) in [(&mut *top, a0k), (&mut *bottom, a1k)] {
+                    for (row, &ar) in rows.iter_mut().zip(ak) {
+                        let ar = simd.splat_f32x16(ar);
+                        row[0] = simd.mul_add_f32x16(ar, p0, row[0]);
+                        row[1] = simd.mul_add_f32x16(ar, p1, row[1]);
+                    }
                 }
             }
             for (out, row) in acc.iter_mut().zip(c) {

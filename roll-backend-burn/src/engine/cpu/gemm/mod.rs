@@ -8,7 +8,8 @@
 //! BLAS Functionality", ACM TOMS 2015): `B` is cut into panels of `NR` (16) columns laid out step by
 //! step (`[k][NR]`, zero-padded), `A` into blocks of `MC` rows × `KC` steps packed as panels of
 //! `MR` (6) rows (`[k][MR]`), and a micro-kernel (`kernel.rs`) updates one `MR × NR` tile of `C` held
-//! in registers. The `B` panel a tile reads stays in L1 across the `A` panels of a block, the `A`
+//! in registers — or, where the kernel has the registers, two `A` panels over two `B` panels at
+//! once (a `2·MR × 2·NR` tile: AVX-512's 32 registers hold its 24 accumulators). The `B` panel a tile reads stays in L1 across the `A` panels of a block, the `A`
 //! block in L2 across all `B` panels. The work is split between rayon's threads by rows of `C`
 //! when `C` has at least as many rows as columns, by panels of columns otherwise (a decode step's
 //! few tokens against a wide weight).
@@ -380,17 +381,28 @@ fn drive<K: MicroKernel>(
                 let b_next = pair.then(|| b.panel(p + 1, k0..k1));
                 let j0 = p * NR - col0;
                 let width = NR.min(n - p * NR);
-                for (q, r0) in (i0..i1).step_by(MR).enumerate() {
-                    let a_panel = &packed_a[q * kc * MR..(q + 1) * kc * MR];
-                    let out_rows = &mut out[r0 - rows.start..(r0 + MR).min(i1) - rows.start];
+                let a_panel = |q: usize| &packed_a[q * kc * MR..(q + 1) * kc * MR];
+                let (mut q, mut r0) = (0, i0);
+                while r0 < i1 {
+                    // Two whole `A` panels over a pair of `B` panels run as one tile of
+                    // `2·MR × 2·NR`; the rest as before.
+                    let quad = b_next.is_some() && r0 + 2 * MR <= i1;
                     let tile = Tile {
-                        a: a_panel,
+                        a: a_panel(q),
+                        a_next: quad.then(|| a_panel(q + 1)),
                         b: b_panel,
                         b_next,
                         j0,
                         width,
                         load,
                     };
+                    let height = if quad { 2 * MR } else { MR.min(i1 - r0) };
+                    let out_rows = &mut out[r0 - rows.start..r0 + height - rows.start];
+                    (q, r0) = (q + height.div_ceil(MR), r0 + height);
+                    if quad {
+                        tile.run_quad(kern, out_rows);
+                        continue;
+                    }
                     match out_rows.len() {
                         6 => tile.run::<6, K>(kern, out_rows),
                         5 => tile.run::<5, K>(kern, out_rows),
@@ -409,6 +421,8 @@ fn drive<K: MicroKernel>(
 /// One tile's operands and where it lands in its rows of `C`.
 struct Tile<'p> {
     a: &'p [f32],
+    /// The next whole `A` panel, run below this one (`2·MR` rows; with `b_next` only).
+    a_next: Option<&'p [f32]>,
     b: &'p [f32],
     /// The next panel, whole, run side by side with this one (`2·NR` columns from `j0`).
     b_next: Option<&'p [f32]>,
@@ -431,6 +445,32 @@ fn whole_mut(row: &mut [f32], at: usize) -> Option<&mut [f32; NR]> {
 }
 
 impl Tile<'_> {
+    /// Two whole `A` panels over two whole `B` panels (`a_next` and `b_next` set; `out` has
+    /// `2·MR` rows).
+    #[inline(always)]
+    fn run_quad<K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
+        let (Some(a_next), Some(b_next)) = (self.a_next, self.b_next) else {
+            return;
+        };
+        let j0 = self.j0;
+        let mut acc = [[[0.0f32; NR]; 2]; 2 * MR];
+        for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
+            for (half, at) in row.iter_mut().zip([j0, j0 + NR]) {
+                if let Some(c) = whole(c, at) {
+                    *half = *c;
+                }
+            }
+        }
+        kern.tile_quad((self.a, a_next), (self.b, b_next), &mut acc);
+        for (row, c) in acc.iter().zip(out.iter_mut()) {
+            for (half, at) in row.iter().zip([j0, j0 + NR]) {
+                if let Some(c) = whole_mut(c, at) {
+                    *c = *half;
+                }
+            }
+        }
+    }
+
     #[inline(always)]
     fn run<const R: usize, K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
         let j0 = self.j0;

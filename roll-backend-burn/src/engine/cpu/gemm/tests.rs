@@ -146,7 +146,8 @@ fn the_portable_kernel_is_the_chain() {
 }
 
 /// Every kernel this CPU can run — portable, AVX2, AVX-512 — computes the chain bit for bit,
-/// one tile at a time and two side by side (`tile_pair`, the AVX-512 kernel's own).
+/// one tile at a time, two side by side (`tile_pair`) and four (`tile_quad`: two `A` panels
+/// over two `B` panels; both are the AVX-512 kernel's own).
 #[test]
 fn every_kernel_of_this_cpu_is_the_chain_alone_and_in_pairs() {
     fn check<K: MicroKernel>(name: &str, kern: K) {
@@ -156,6 +157,24 @@ fn every_kernel_of_this_cpu_is_the_chain_alone_and_in_pairs() {
         let chain = |b: &[f32], r: usize, j: usize, start: f32| {
             (0..kc).fold(start, |c, k| a[k * MR + r].mul_add(b[k * NR + j], c))
         };
+        let a1 = random(kc * MR, 24);
+        let mut quad: [[[f32; NR]; 2]; 2 * MR] =
+            core::array::from_fn(|r| [[r as f32; NR], [-(r as f32); NR]]);
+        kern.tile_quad((&a, &a1), (&b0, &b1), &mut quad);
+        for (r, row) in quad.iter().enumerate() {
+            let (panel, i) = if r < MR { (&a, r) } else { (&a1, r - MR) };
+            for (half, (b, start)) in row.iter().zip([(&b0, r as f32), (&b1, -(r as f32))]) {
+                for (j, &got) in half.iter().enumerate() {
+                    let want =
+                        (0..kc).fold(start, |c, k| panel[k * MR + i].mul_add(b[k * NR + j], c));
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{name}: quad row {r} col {j}"
+                    );
+                }
+            }
+        }
         let mut one = [[0.25f32; NR]; 5];
         kern.tile::<5>(&a, &b0, &mut one);
         let mut pair = [[[0.5f32; NR], [-0.5f32; NR]]; 5];
