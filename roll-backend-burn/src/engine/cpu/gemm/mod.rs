@@ -551,6 +551,21 @@ fn pack_a(a: MatRef<'_>, rows: Range<usize>, steps: Range<usize>, out: &mut [f32
                 }
             }
         }
+    } else if a.col_stride == 1 {
+        // Row-major: a whole panel takes its `MR` rows step by step, each step one contiguous
+        // run of the output (`MR` reads from `MR` streams, no strided writes).
+        for (q, r0) in rows.clone().step_by(MR).enumerate() {
+            let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
+            let height = MR.min(rows.end - r0);
+            let row =
+                |r: usize| &a.data[(r0 + r.min(height - 1)) * a.row_stride + steps.start..][..kc];
+            let src: [&[f32]; MR] = core::array::from_fn(row);
+            for (kk, step) in panel.chunks_exact_mut(MR).enumerate() {
+                for (v, src) in step.iter_mut().zip(&src).take(height) {
+                    *v = flushed(src[kk]);
+                }
+            }
+        }
     } else {
         for (q, r0) in rows.clone().step_by(MR).enumerate() {
             let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
