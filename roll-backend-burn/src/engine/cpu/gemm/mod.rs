@@ -264,26 +264,40 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
 struct PackedA {
     data: Vec<f32>,
     k_blocks: usize,
+    /// Floats per block: [`block_len`] of the whole of `A`.
+    block: usize,
+}
+
+/// The floats a packed block of `A` needs for `rows` rows and `k` steps (at most `MC × KC`):
+/// a small product's block is as small as its operand, not the 192 KiB of a whole one, which
+/// zeroing would otherwise cost at every call.
+fn block_len(rows: usize, k: usize) -> usize {
+    rows.div_ceil(MR).min(MC / MR) * MR * k.min(KC)
 }
 
 impl PackedA {
     fn new(a: MatRef<'_>) -> Self {
         let (m, k) = (a.rows, a.cols);
         let k_blocks = k.div_ceil(KC);
-        let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * MC * KC];
-        data.par_chunks_exact_mut(MC * KC)
+        let block = block_len(m, k);
+        let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * block];
+        data.par_chunks_exact_mut(block)
             .enumerate()
             .for_each(|(i, block)| {
                 let (i0, k0) = (i / k_blocks * MC, i % k_blocks * KC);
                 pack_a(a, i0..(i0 + MC).min(m), k0..(k0 + KC).min(k), block);
             });
-        Self { data, k_blocks }
+        Self {
+            data,
+            k_blocks,
+            block,
+        }
     }
 
     /// The packed block of rows from `i0` and steps from `k0`.
     fn block(&self, i0: usize, k0: usize) -> &[f32] {
-        let at = (i0 / MC * self.k_blocks + k0 / KC) * MC * KC;
-        &self.data[at..at + MC * KC]
+        let at = (i0 / MC * self.k_blocks + k0 / KC) * self.block;
+        &self.data[at..at + self.block]
     }
 }
 
@@ -356,7 +370,7 @@ fn drive<K: MicroKernel>(
     let col0 = panels.start * NR;
     let mut own_a = match shared_a {
         Some(_) => Vec::new(),
-        None => vec![0.0f32; MC * KC],
+        None => vec![0.0f32; block_len(rows.len(), k)],
     };
     for i0 in rows.clone().step_by(MC) {
         let i1 = (i0 + MC).min(rows.end);
