@@ -324,7 +324,8 @@ impl CausalLm {
     /// widths or an expert count that the group's size does not divide, or
     /// [`ExpertSplit::Whole`] for a dense model.
     pub fn shard_tensors(self, group: Arc<dyn Strategy>, experts: ExpertSplit) -> Result<Self> {
-        if let Some(kind) = self.sharding().filter(|_| !self.is_only_a_stage()) {
+        if self.tensor_shard().is_some() || self.is_expert_sharded() {
+            let kind = self.sharding().unwrap_or("a part of a model");
             return Err(BackendError::InvalidInput(format!(
                 "{kind}: it is already sharded; shard the whole model"
             )));
@@ -493,13 +494,6 @@ impl CausalLm {
             });
         }
         levels
-    }
-
-    /// Whether this model is a pipeline stage and nothing else (its layers whole).
-    fn is_only_a_stage(&self) -> bool {
-        self.pipeline_stage().is_some()
-            && self.tensor_shard().is_none()
-            && !self.is_expert_sharded()
     }
 
     /// Whether this model holds only a part of its weights (expert or tensor parallel, a

@@ -14,6 +14,10 @@
 //! which every rank holds alike, get each rank's part of their gradient: [`sum_over`] completes
 //! them once per step.
 //!
+//! A pipeline stage ([`BurnStage`]) walks its own blocks the same way (the same two functions,
+//! [`forward_blocks`] and [`backward_blocks`], with or without a tensor-parallel group), from the
+//! gradient of its output that the stage after sends back.
+//!
 //! An expert-parallel model ([`expert_parallel_gradients`]) walks its blocks the same way, with
 //! the ranks' own tokens: only a mixture's blocks exchange, sending each routed token to its
 //! expert's rank and back, forward and backward.

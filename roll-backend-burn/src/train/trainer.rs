@@ -228,9 +228,10 @@ impl Trainer {
     pub fn part_index(&self) -> Option<usize> {
         let model = self.core.module().ok()?;
         let levels = model.part_levels();
-        match levels.is_empty() {
-            false => Some(PartLevel::copy_index(&levels)),
-            true => model.expert_group().map(|group| group.rank()),
+        if levels.is_empty() {
+            model.expert_group().map(|group| group.rank())
+        } else {
+            Some(PartLevel::copy_index(&levels))
         }
     }
 
