@@ -6,11 +6,7 @@
 //! (key/value head `h / rep`): `S = q·kᵀ·s`, `P = softmax(S)` over `t ≤ i`, `O = P·v`. Backward:
 //! `dP = dO·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = s·dS·k`, `dk = s·dSᵀ·q`, `dv = Pᵀ·dO`.
 //! One task per (sequence, key/value head) owns its `dk`/`dv` rows, so tasks never share output.
-//! The four products are GEMMs over the whole `[len, len]` square (`P` and `dS` are zero above
-//! the diagonal): twice the multiply-adds a triangle needs, at the GEMM's rate rather than a
-//! scalar loop's.
 
-use super::mm::{self, MatRef, PackedB};
 use rayon::prelude::*;
 
 /// Head counts and width.
@@ -44,22 +40,28 @@ fn tasks(seqs: usize, kv_heads: usize) -> Vec<(usize, usize)> {
 /// leaves them (see [`Recorder::attention`](crate::engine::cpu::Recorder::attention)).
 pub(crate) type Probs = Vec<f32>;
 
-/// Rows `start..start + len` of one head's `width` columns from column `at` of a matrix whose
-/// rows are `stride` wide: `[len, width]`, contiguous.
-fn head_rows(
-    m: &[f32],
-    start: usize,
-    len: usize,
-    stride: usize,
-    at: usize,
-    width: usize,
-) -> Vec<f32> {
-    let mut out = Vec::with_capacity(len * width);
-    for i in start..start + len {
-        out.extend_from_slice(&m[i * stride + at..][..width]);
+/// `a·b` over [`DOT_LANES`] interleaved partial sums: independent chains the compiler keeps in
+/// vector lanes (one serial chain of `d` additions waits on each add's latency). The backward
+/// only: the forward is the decoder's, whose order the engine shares.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; DOT_LANES];
+    let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((s, x), y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
     }
-    out
+    acc.iter().sum::<f32>() + tail
 }
+
+/// Partial sums of [`dot`].
+const DOT_LANES: usize = 8;
 
 /// `(dq, dk, dv)` from `dO`.
 #[allow(clippy::too_many_arguments)]
@@ -83,39 +85,37 @@ pub(crate) fn backward(
         .par_iter()
         .map(|&(s, j)| {
             let (start, len) = seqs[s];
-            let kj = head_rows(k, start, len, kv_heads * d, j * d, d);
-            let vj = head_rows(v, start, len, kv_heads * d, j * d, d);
-            let k_packed = PackedB::new(MatRef::row_major(&kj, len, d));
-            let vt_packed = PackedB::new(MatRef::row_major(&vj, len, d).t());
-            let mut dq = Vec::with_capacity(rep * len * d);
+            let mut dq = vec![0.0f32; rep * len * d];
             let mut dk = vec![0.0f32; len * d];
             let mut dv = vec![0.0f32; len * d];
-            let (mut p, mut ds) = (vec![0.0f32; len * len], vec![0.0f32; len * len]);
+            let krow = |t: usize| &k[(start + t) * kv_heads * d + j * d..][..d];
+            let vrow = |t: usize| &v[(start + t) * kv_heads * d + j * d..][..d];
+            let mut ds = vec![0.0f32; len];
             for r in 0..rep {
                 let h = j * rep + r;
-                let qh = head_rows(q, start, len, heads * d, h * d, d);
-                let doh = head_rows(d_out, start, len, heads * d, h * d, d);
-                let doh_m = MatRef::row_major(&doh, len, d);
-                for (i, row) in p.chunks_exact_mut(len).enumerate() {
-                    row[..=i].copy_from_slice(&probs[start + i][h * (i + 1)..][..=i]);
-                }
-                // dP = dO·vᵀ, then dS over the causal triangle.
-                let dp = mm::mul_packed(doh_m, &vt_packed);
-                for (i, ((ds, dp), p)) in ds
-                    .chunks_exact_mut(len)
-                    .zip(dp.chunks_exact(len))
-                    .zip(p.chunks_exact(len))
-                    .enumerate()
-                {
-                    let sum: f32 = dp[..=i].iter().zip(&p[..=i]).map(|(a, b)| a * b).sum();
-                    for ((g, &dpt), &pt) in ds[..=i].iter_mut().zip(&dp[..=i]).zip(&p[..=i]) {
-                        *g = pt * (dpt - sum) * scale;
+                for i in 0..len {
+                    let qi = &q[(start + i) * heads * d + h * d..][..d];
+                    let doi = &d_out[(start + i) * heads * d + h * d..][..d];
+                    let p = &probs[start + i][h * (i + 1)..][..=i];
+                    let mut sum = 0.0f32;
+                    for t in 0..=i {
+                        ds[t] = dot(doi, vrow(t));
+                        sum += ds[t] * p[t];
+                    }
+                    let dqi = &mut dq[(r * len + i) * d..][..d];
+                    for t in 0..=i {
+                        let g = p[t] * (ds[t] - sum) * scale;
+                        for (a, &b) in dqi.iter_mut().zip(krow(t)) {
+                            *a += g * b;
+                        }
+                        for (a, &b) in dk[t * d..][..d].iter_mut().zip(qi) {
+                            *a += g * b;
+                        }
+                        for (a, &b) in dv[t * d..][..d].iter_mut().zip(doi) {
+                            *a += p[t] * b;
+                        }
                     }
                 }
-                let ds_m = MatRef::row_major(&ds, len, len);
-                dq.extend(mm::mul_packed(ds_m, &k_packed));
-                mm::add_mul(&mut dk, ds_m.t(), MatRef::row_major(&qh, len, d));
-                mm::add_mul(&mut dv, MatRef::row_major(&p, len, len).t(), doh_m);
             }
             (dq, dk, dv)
         })
@@ -169,10 +169,7 @@ mod tests {
                     let row =
                         |m: &[f32], t: usize| m[(start + t) * kv_heads * d + j * d..][..d].to_vec();
                     let s: Vec<f32> = (0..=i)
-                        .map(|t| {
-                            qi.iter().zip(&row(k, t)).map(|(a, b)| a * b).sum::<f32>()
-                                * shape.scale()
-                        })
+                        .map(|t| dot(qi, &row(k, t)) * shape.scale())
                         .collect();
                     let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let e: Vec<f32> = s.iter().map(|x| (x - max).exp()).collect();
