@@ -11,7 +11,7 @@
 //! `f`) and the residual adds to: `δ ← δ + Σ_r ∂(p_r·δ)/∂x`. Activation recomputation at block
 //! granularity (Chen et al. 2016, arXiv:1604.06174): one more forward of every block, in exchange
 //! for collectives in the right places. The norm gains and a mixture's router inside the layers,
-//! which every rank holds alike, get each rank's part of their gradient: [`sum_over`] completes
+//! which every rank holds alike, get each rank's part of their gradient: the trainer sums them over the group
 //! them once per step.
 //!
 //! A pipeline stage ([`BurnStage`]) walks its own blocks the same way (the same two functions,
@@ -25,12 +25,10 @@
 use super::core::Chunk;
 use crate::models::{CausalLm, LayerInputs, TensorShard, rms_norm_hf};
 use crate::{BackendError, Result};
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Tensor, TensorData};
 use roll_algos::loss::PolicyMetrics;
-use roll_core::strategy::{ReduceOp, Strategy};
-use std::collections::HashSet;
 
 /// One micro-batch's gradients (this rank's parameters, and its part of the layers' norm gains')
 /// and the objective's metrics, for a tensor-parallel `model` on the autodiff device.
@@ -258,106 +256,6 @@ fn merge(into: &mut GradientsParams, mut more: GradientsParams, model: &CausalLm
         into,
         more: &mut more,
     });
-}
-
-/// Sums over `group` the gradients of `model`'s parameters in `ids` (zeros where a rank has
-/// none), in the model's order on every rank: one all-reduce.
-///
-/// # Errors
-/// A gradient that cannot be read, or a failed all-reduce.
-pub(crate) fn sum_over(
-    group: &dyn Strategy,
-    grads: &mut GradientsParams,
-    model: &CausalLm,
-    ids: &HashSet<ParamId>,
-) -> Result<()> {
-    /// Takes the listed gradients out, flattened, with each one's shape.
-    struct Take<'a> {
-        grads: &'a mut GradientsParams,
-        ids: &'a HashSet<ParamId>,
-        taken: Vec<(ParamId, Vec<usize>, usize)>,
-        flat: Vec<f32>,
-        failed: Option<String>,
-    }
-    impl ModuleVisitor for Take<'_> {
-        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-            if !self.ids.contains(&p.id) {
-                return;
-            }
-            let shape = p.val().dims().to_vec();
-            let n: usize = shape.iter().product();
-            match self.grads.remove::<D>(p.id) {
-                Some(g) => match g.into_data().convert::<f32>().try_into_vec::<f32>() {
-                    Ok(v) => self.flat.extend(v),
-                    Err(e) => {
-                        self.failed.get_or_insert(format!("{e:?}"));
-                        self.flat.extend(std::iter::repeat_n(0.0, n));
-                    }
-                },
-                None => self.flat.extend(std::iter::repeat_n(0.0, n)),
-            }
-            self.taken.push((p.id, shape, n));
-        }
-    }
-    /// Puts the summed gradients back.
-    struct Put<'a> {
-        grads: &'a mut GradientsParams,
-        taken: std::collections::HashMap<ParamId, (Vec<usize>, usize)>,
-        flat: &'a [f32],
-        device: burn::tensor::Device,
-    }
-    impl ModuleVisitor for Put<'_> {
-        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-            if let Some((shape, at)) = self.taken.get(&p.id) {
-                let n: usize = shape.iter().product();
-                let data = TensorData::new(self.flat[*at..at + n].to_vec(), shape.clone());
-                self.grads
-                    .register::<D>(p.id, Tensor::from_data(data, &self.device));
-            }
-        }
-    }
-    let mut take = Take {
-        grads,
-        ids,
-        taken: Vec::new(),
-        flat: Vec::new(),
-        failed: None,
-    };
-    model.visit(&mut take);
-    if let Some(why) = take.failed {
-        return Err(BackendError::Train(format!(
-            "cannot read a gradient: {why}"
-        )));
-    }
-    let Take {
-        taken, mut flat, ..
-    } = take;
-    group
-        .all_reduce(&mut flat, ReduceOp::Sum)
-        .map_err(|e| BackendError::Collective(Box::new(e)))?;
-    let mut offsets = std::collections::HashMap::new();
-    let mut at = 0;
-    for (id, shape, n) in taken {
-        offsets.insert(id, (shape, at));
-        at += n;
-    }
-    let device = model_device(model);
-    model.visit(&mut Put {
-        grads,
-        taken: offsets,
-        flat: &flat,
-        device,
-    });
-    Ok(())
-}
-
-/// The plain device of `model`'s parameters (gradients live there).
-fn model_device(model: &CausalLm) -> burn::tensor::Device {
-    model
-        .devices()
-        .first()
-        .cloned()
-        .map_or_else(burn::tensor::Device::flex, |d| d.inner())
 }
 
 /// A pipeline stage on Burn's autodiff path (any device), block by block as

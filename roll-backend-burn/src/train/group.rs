@@ -170,8 +170,6 @@ fn trainable<const D: usize>(param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
     value.is_require_grad().then_some(value)
 }
 
-/// Every trainable parameter's gradient (zeros where it has none) end to end, and a presence
-/// flag per parameter.
 /// Which parameters' gradients a sum over the group takes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Summed<'a> {
@@ -190,6 +188,8 @@ impl Summed<'_> {
     }
 }
 
+/// Every trainable parameter's gradient (zeros where it has none) end to end, and a presence
+/// flag per parameter.
 struct Flatten<'a> {
     grads: &'a GradientsParams,
     summed: Summed<'a>,

@@ -9,6 +9,7 @@ use super::core::{
     materialize_params,
 };
 use super::fused;
+use super::group::{Group, Summed};
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
 use crate::models::token_logprobs_and_entropy;
 use crate::models::{CausalLm, PartLevel, PipelineStage, StageCompute};
@@ -242,9 +243,10 @@ impl Trainer {
     /// # Errors
     /// As [`Trainer::save_checkpoint`].
     pub fn save_part(&self, dir: &Path, weight_version: u64) -> Result<()> {
-        let first_copy = match self.holds_some_experts() {
-            true => self.core.expert_replica_place().0 == 0,
-            false => self.core.data_rank() == 0,
+        let first_copy = if self.holds_some_experts() {
+            self.core.expert_replica_place().0 == 0
+        } else {
+            self.core.data_rank() == 0
         };
         if let (Some(index), true) = (self.part_index(), first_copy) {
             self.write_checkpoint(part_dir(dir, index), weight_version)?;
@@ -457,9 +459,10 @@ impl Trainer {
             // The embedding, final norm and head: each stage made its part of their gradients
             // (and the last stage alone the loss and metrics).
             let shared = model.shared_stage_params();
-            blockwise::sum_over(stage.group().as_ref(), &mut grads, model, &shared)?;
+            let device = &self.core.device;
+            grads = sum_over(stage.group(), grads, model, &shared, device)?;
             if fused.is_none() {
-                sum_replicated_over_slices(model, &mut grads)?;
+                grads = sum_replicated_over_slices(model, grads, device)?;
             }
             sums.all_reduce(stage.group().as_ref(), &mut loss)
                 .map_err(|e| BackendError::Collective(Box::new(e)))?;
@@ -498,7 +501,7 @@ impl Trainer {
         }
         let mut grads = acc.grads();
         if fused.is_none() {
-            sum_replicated_over_slices(model, &mut grads)?;
+            grads = sum_replicated_over_slices(model, grads, &self.core.device)?;
         }
         self.core.batch_gradients(grads, loss, sums, &plan)
     }
@@ -691,12 +694,32 @@ pub(crate) fn checked_objective(objective: &Objective) -> Result<Objective> {
 ///
 /// # Errors
 /// A failed all-reduce.
-fn sum_replicated_over_slices(model: &CausalLm, grads: &mut GradientsParams) -> Result<()> {
+fn sum_replicated_over_slices(
+    model: &CausalLm,
+    grads: GradientsParams,
+    device: &Device,
+) -> Result<GradientsParams> {
     let Some(shard) = model.tensor_shard() else {
-        return Ok(());
+        return Ok(grads);
     };
     let replicated = model.replicated_layer_params().into_iter().collect();
-    blockwise::sum_over(shard.group().as_ref(), grads, model, &replicated)
+    sum_over(shard.group(), grads, model, &replicated, device)
+}
+
+/// Sums over `group` the gradients of `model`'s parameters in `ids` (those every rank of it
+/// holds alike, each making its part of their gradient), the others kept as they are: the
+/// data-parallel sum ([`Group::sum_gradients`]) restricted to them.
+///
+/// # Errors
+/// A gradient that cannot be read, or a failed all-reduce.
+fn sum_over(
+    group: Arc<dyn Strategy>,
+    grads: GradientsParams,
+    model: &CausalLm,
+    ids: &std::collections::HashSet<burn::module::ParamId>,
+    device: &Device,
+) -> Result<GradientsParams> {
+    Group::new(group).sum_gradients(model, grads, Summed::Only(ids), device)
 }
 
 /// A pipeline stage on the fused CPU path: the forward keeps its tape; the last stage's backward

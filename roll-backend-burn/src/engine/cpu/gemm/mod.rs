@@ -400,21 +400,25 @@ fn drive<K: MicroKernel>(
                 while r0 < i1 {
                     // Two whole `A` panels over a pair of `B` panels run as one tile of
                     // `2·MR × 2·NR`; the rest as before.
-                    let quad = b_next.is_some() && r0 + 2 * MR <= i1;
+                    let quad = b_next
+                        .filter(|_| r0 + 2 * MR <= i1)
+                        .map(|b_next| (a_panel(q + 1), b_next));
                     let tile = Tile {
                         a: a_panel(q),
-                        a_next: quad.then(|| a_panel(q + 1)),
                         b: b_panel,
                         b_next,
                         j0,
                         width,
                         load,
                     };
-                    let height = if quad { 2 * MR } else { MR.min(i1 - r0) };
+                    let height = match quad {
+                        Some(_) => 2 * MR,
+                        None => MR.min(i1 - r0),
+                    };
                     let out_rows = &mut out[r0 - rows.start..r0 + height - rows.start];
                     (q, r0) = (q + height.div_ceil(MR), r0 + height);
-                    if quad {
-                        tile.run_quad(kern, out_rows);
+                    if let Some(next) = quad {
+                        tile.run_quad(kern, next, out_rows);
                         continue;
                     }
                     match out_rows.len() {
@@ -435,8 +439,6 @@ fn drive<K: MicroKernel>(
 /// One tile's operands and where it lands in its rows of `C`.
 struct Tile<'p> {
     a: &'p [f32],
-    /// The next whole `A` panel, run below this one (`2·MR` rows; with `b_next` only).
-    a_next: Option<&'p [f32]>,
     b: &'p [f32],
     /// The next panel, whole, run side by side with this one (`2·NR` columns from `j0`).
     b_next: Option<&'p [f32]>,
@@ -459,13 +461,15 @@ fn whole_mut(row: &mut [f32], at: usize) -> Option<&mut [f32; NR]> {
 }
 
 impl Tile<'_> {
-    /// Two whole `A` panels over two whole `B` panels (`a_next` and `b_next` set; `out` has
-    /// `2·MR` rows).
+    /// This tile's panels with the next whole `A` panel below and the next whole `B` panel
+    /// beside (`next`): `2·MR` rows of `out` over `2·NR` columns.
     #[inline(always)]
-    fn run_quad<K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
-        let (Some(a_next), Some(b_next)) = (self.a_next, self.b_next) else {
-            return;
-        };
+    fn run_quad<K: MicroKernel>(
+        &self,
+        kern: K,
+        (a_next, b_next): (&[f32], &[f32]),
+        out: &mut [&mut [f32]],
+    ) {
         let j0 = self.j0;
         let mut acc = [[[0.0f32; NR]; 2]; 2 * MR];
         for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
