@@ -1,26 +1,37 @@
 //! A linear layer of the CPU decoder: its weight packed once for roll's GEMM ([`super::gemm`]),
 //! and its bias.
 
-use super::gemm::{Init, MatRef, PackedB, matmul};
+use super::gemm::{Init, MatRef, PackedA, PackedB, matmul, matmul_packed};
+use std::sync::OnceLock;
 
 /// `X · W + bias` for the decoder's transposed activations.
 ///
 /// The weight `W` (`[d_in, d_out]`) is packed once, at construction, as the right operand of
-/// every product; the activations are the left operand, read through their transposed layout
-/// (`[d_in, tokens]`) without a copy. Each output element is one in-order chain of fused
-/// multiply-adds over `d_in` (see [`super::gemm`]), whatever the number of tokens: a token's
-/// outputs are the same bits alone or in a batch.
+/// products with few tokens; the activations are the left operand, read through their
+/// transposed layout (`[d_in, tokens]`) without a copy. From [`TRANSPOSED_FROM`] tokens a
+/// transposed output is computed as `Yᵀ = Wᵀ·Xᵀ` instead, with `Wᵀ` packed once as the left
+/// operand (the first time such a product runs): the output lands in the decoder's layout with
+/// no transpose, and the activations pack as a right operand, along their contiguous rows. Each
+/// output element is one in-order chain of fused multiply-adds over `d_in` either way (see
+/// [`super::gemm`]), whatever the number of tokens: a token's outputs are the same bits alone or
+/// in a batch.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
     weight: PackedB,
+    weight_t: OnceLock<PackedA>,
     bias: Option<Vec<f32>>,
 }
+
+/// Tokens from which [`Linear::forward`] multiplies as `Wᵀ·Xᵀ`: its tiles are 16 tokens wide, so
+/// fewer tokens would leave most of each tile's lanes idle, where `X·W` tiles them by 6.
+const TRANSPOSED_FROM: usize = 32;
 
 impl Linear {
     /// `W` given row-major `[d_in, d_out]` (Burn's `Linear` layout).
     pub(crate) fn new(weight: &[f32], d_in: usize, d_out: usize, bias: Option<Vec<f32>>) -> Self {
         Self {
             weight: PackedB::new(MatRef::row_major(weight, d_in, d_out)),
+            weight_t: OnceLock::new(),
             bias,
         }
     }
@@ -29,6 +40,7 @@ impl Linear {
     pub(crate) fn from_transposed(weight_t: &[f32], d_in: usize, d_out: usize) -> Self {
         Self {
             weight: PackedB::new(MatRef::row_major(weight_t, d_out, d_in).t()),
+            weight_t: OnceLock::new(),
             bias: None,
         }
     }
@@ -68,7 +80,17 @@ impl Linear {
     /// `(X · W + bias)ᵀ` (`[d_out, cols]`), the decoder's transposed layout, for transposed
     /// activations `xt` (`[d_in, cols]`).
     pub(crate) fn forward(&self, xt: &[f32], cols: usize) -> Vec<f32> {
-        let mut out = super::matrix::transpose(&self.product(xt, cols), cols, self.d_out());
+        let mut out = if cols < TRANSPOSED_FROM {
+            super::matrix::transpose(&self.product(xt, cols), cols, self.d_out())
+        } else {
+            let weight_t = self
+                .weight_t
+                .get_or_init(|| PackedA::transposed_from(&self.weight));
+            let x = PackedB::new(MatRef::row_major(xt, self.d_in(), cols));
+            let mut out = vec![0.0f32; self.d_out() * cols];
+            matmul_packed(&mut out, weight_t, &x, Init::Overwrite);
+            out
+        };
         if let Some(bias) = &self.bias {
             for (row, b) in out.chunks_exact_mut(cols.max(1)).zip(bias) {
                 for v in row {
@@ -113,7 +135,8 @@ mod tests {
             let alone: Vec<Vec<f32>> = (0..70)
                 .map(|t| l.forward(&x[t * k..(t + 1) * k], 1))
                 .collect();
-            for m in [2, 3, 5, 7, 16, 33, 70] {
+            // Below and from `TRANSPOSED_FROM`, where the product turns around.
+            for m in [2, 3, 5, 7, 16, 31, 32, 33, 70] {
                 let y = transpose(&l.forward(&transpose(&x[..m * k], m, k), m), n, m);
                 for (t, want) in alone.iter().take(m).enumerate() {
                     assert!(

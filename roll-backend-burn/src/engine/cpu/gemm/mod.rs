@@ -1,6 +1,7 @@
 //! roll's f32 GEMM for the CPU: `C = A·B` or `C += A·B`, with `B` packed once and reused (a
 //! weight) or packed per call (an activation), `A` read through any strides (so transposes cost
-//! no copy), `C` row-major, written in place.
+//! no copy) or packed once (a weight on the left, for a transposed output), `C` row-major,
+//! written in place.
 //!
 //! # The algorithm
 //!
@@ -12,7 +13,8 @@
 //! once (a `2·MR × 2·NR` tile: AVX-512's 32 registers hold its 24 accumulators). The `B` panel a tile reads stays in L1 across the `A` panels of a block, the `A`
 //! block in L2 across all `B` panels. The work is split between rayon's threads by rows of `C`
 //! when `C` has at least as many rows as columns, by panels of columns otherwise (a decode step's
-//! few tokens against a wide weight).
+//! few tokens against a wide weight) — and wherever a packed `A` leaves each chunk a pair of
+//! panels, so that a chunk's slice of `B` stays in L2 across all of `A`.
 //!
 //! # Batch invariance, by construction
 //!
@@ -32,6 +34,8 @@ use kernel::{MR, MicroKernel, NR, Portable};
 use rayon::prelude::*;
 use std::ops::Range;
 
+/// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 192 KiB, stay in L2.
+/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
 /// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 192 KiB, stay in L2.
 const MC: usize = 96;
 /// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
@@ -174,11 +178,29 @@ pub enum Init {
 /// # Panics
 /// If the shapes disagree (a bug in the caller, not an input error).
 pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
-    let (m, k, n) = (a.rows, b.k, b.n);
+    product(c, Left::Strided(a), b, init);
+}
+
+/// `C = A·B` or `C += A·B` for `A` packed once (a weight on the left: `Yᵀ = Wᵀ·Xᵀ`, the
+/// transposed output of a linear layer written in place), `B` packed `k × n`, `C` row-major
+/// `m × n`. The same bits as [`matmul`] of the unpacked `A`.
+///
+/// # Panics
+/// If the shapes disagree (a bug in the caller, not an input error).
+pub fn matmul_packed(c: &mut [f32], a: &PackedA, b: &PackedB, init: Init) {
+    product(c, Left::Packed(a), b, init);
+}
+
+/// [`matmul`] and [`matmul_packed`].
+fn product(c: &mut [f32], a: Left<'_>, b: &PackedB, init: Init) {
+    let (m, a_cols) = match a {
+        Left::Strided(a) => (a.rows, a.cols),
+        Left::Packed(a) => (a.m, a.k),
+    };
+    let (k, n) = (b.k, b.n);
     assert!(
-        a.cols == k && c.len() == m * n,
-        "GEMM shapes: A {m}x{}, B {k}x{n}, C has {} values",
-        a.cols,
+        a_cols == k && c.len() == m * n,
+        "GEMM shapes: A {m}x{a_cols}, B {k}x{n}, C has {} values",
         c.len()
     );
     if m == 0 || n == 0 {
@@ -203,16 +225,29 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
             a,
             b,
             init,
-            None,
         );
         return;
     }
     let panels = n.div_ceil(NR);
+    let pieces = threads * CHUNKS_PER_THREAD;
+    // By rows where `C` is tall; by columns where it is wide, or wherever a packed `A` leaves
+    // every chunk a pair of panels at least: then each chunk keeps its panels of `B` in L2
+    // across all of `A`'s blocks, where chunks of rows would each stream all of `B` from L3 once
+    // per block (a 2816-row weight times 2048 tokens ran 10% slower so).
+    let by_rows = m >= n && !(matches!(a, Left::Packed(_)) && panels >= 2 * pieces);
     // Split by columns, every chunk reads all of `A`: pack it once for all of them.
-    let shared_a = (m < n).then(|| PackedA::new(a));
-    let chunks: Vec<Chunk<'_>> = if m >= n {
-        // Rows of C, in multiples of MR.
-        let per = m.div_ceil(threads * CHUNKS_PER_THREAD).max(MC).div_ceil(MR) * MR;
+    let shared_a = match a {
+        Left::Strided(strided) if !by_rows => Some(PackedA::new(strided)),
+        _ => None,
+    };
+    let a = shared_a.as_ref().map_or(a, Left::Packed);
+    let chunks: Vec<Chunk<'_>> = if by_rows {
+        // Rows of C, in multiples of MR; of MC for a packed `A`, whose blocks start there.
+        let step = match a {
+            Left::Strided(_) => MR,
+            Left::Packed(_) => MC,
+        };
+        let per = m.div_ceil(pieces).max(MC).div_ceil(step) * step;
         c.chunks_mut(per * n)
             .enumerate()
             .map(|(t, block)| {
@@ -226,8 +261,9 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
             })
             .collect()
     } else {
-        // Panels of columns; every row of C cut at the same columns.
-        let per = panels.div_ceil(threads * CHUNKS_PER_THREAD);
+        // Panels of columns, an even number per chunk (panels run in pairs); every row of C
+        // cut at the same columns.
+        let per = panels.div_ceil(pieces).next_multiple_of(2);
         let bounds: Vec<Range<usize>> = (0..panels)
             .step_by(per)
             .map(|p0| p0..(p0 + per).min(panels))
@@ -255,14 +291,26 @@ pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
     };
     chunks
         .into_par_iter()
-        .for_each(|chunk| run(chunk, a, b, init, shared_a.as_ref()));
+        .for_each(|chunk| run(chunk, a, b, init));
 }
 
-/// All of `A` packed as [`pack_a`] packs one block: block `(i0 / MC, k0 / KC)` at
-/// `(i0 / MC · k_blocks + k0 / KC) · MC · KC`. What chunks that each cover every row read instead
-/// of packing the same blocks again.
-struct PackedA {
+/// The left operand of a product: read through its strides and packed block by block as the
+/// product runs, or packed already.
+#[derive(Clone, Copy)]
+enum Left<'a> {
+    Strided(MatRef<'a>),
+    Packed(&'a PackedA),
+}
+
+/// The left operand of a product, packed whole as [`pack_a`] packs one block: block
+/// `(i0 / MC, k0 / KC)` at `(i0 / MC · k_blocks + k0 / KC) · block`. A weight packed once serves
+/// every product that reads it; an activation that chunks split by columns all read is packed
+/// once for all of them.
+#[derive(Debug, Clone)]
+pub struct PackedA {
     data: Vec<f32>,
+    m: usize,
+    k: usize,
     k_blocks: usize,
     /// Floats per block: [`block_len`] of the whole of `A`.
     block: usize,
@@ -276,12 +324,14 @@ fn block_len(rows: usize, k: usize) -> usize {
 }
 
 impl PackedA {
-    fn new(a: MatRef<'_>) -> Self {
+    /// Packs `a` (`m × k`, any strides).
+    pub fn new(a: MatRef<'_>) -> Self {
         let (m, k) = (a.rows, a.cols);
         let k_blocks = k.div_ceil(KC);
         let block = block_len(m, k);
         let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * block];
-        data.par_chunks_exact_mut(block)
+        // An empty operand has no blocks (and chunks of no floats do not exist).
+        data.par_chunks_exact_mut(block.max(1))
             .enumerate()
             .for_each(|(i, block)| {
                 let (i0, k0) = (i / k_blocks * MC, i % k_blocks * KC);
@@ -289,9 +339,56 @@ impl PackedA {
             });
         Self {
             data,
+            m,
+            k,
             k_blocks,
             block,
         }
+    }
+
+    /// `Bᵀ` packed as a left operand, from `b` packed as a right one: a weight packed for
+    /// `X·W` serves `Wᵀ·Xᵀ` too, without its unpacked values. The same floats as
+    /// [`PackedA::new`] of `Bᵀ` (packing flushed them already).
+    pub fn transposed_from(b: &PackedB) -> Self {
+        let (m, k) = (b.n, b.k);
+        let k_blocks = k.div_ceil(KC);
+        let block = block_len(m, k);
+        let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * block];
+        data.par_chunks_exact_mut(block.max(1))
+            .enumerate()
+            .for_each(|(i, out)| {
+                let (i0, k0) = (i / k_blocks * MC, i % k_blocks * KC);
+                let (rows, steps) = (i0..(i0 + MC).min(m), k0..(k0 + KC).min(k));
+                let kc = steps.len();
+                for (q, r0) in rows.clone().step_by(MR).enumerate() {
+                    let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
+                    for r in 0..MR.min(rows.end - r0) {
+                        // Row `j` of `Bᵀ` is lane `j % NR` of `b`'s panel `j / NR`.
+                        let j = r0 + r;
+                        let column = b.panel(j / NR, steps.clone()).iter().skip(j % NR);
+                        for (step, &x) in panel.chunks_exact_mut(MR).zip(column.step_by(NR)) {
+                            step[r] = x;
+                        }
+                    }
+                }
+            });
+        Self {
+            data,
+            m,
+            k,
+            k_blocks,
+            block,
+        }
+    }
+
+    /// Rows of `A`.
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// The inner dimension (columns of `A`).
+    pub fn k(&self) -> usize {
+        self.k
     }
 
     /// The packed block of rows from `i0` and steps from `k0`.
@@ -311,8 +408,8 @@ struct Chunk<'c> {
 
 /// Runs a chunk with the best kernel this CPU has: AVX-512, AVX2, or the portable one (the same
 /// bits from each).
-fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init, shared_a: Option<&PackedA>) {
-    let args = Args(chunk, a, b, init, shared_a);
+fn run(chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, init: Init) {
+    let args = Args(chunk, a, b, init);
     #[cfg(target_arch = "x86_64")]
     {
         /// The loop nest over a chunk with kernel `kern`, as one call that `vectorize` compiles
@@ -325,8 +422,8 @@ fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init, shared_a: Optio
             type Output = ();
             #[inline(always)]
             fn call(self) {
-                let Args(chunk, a, b, init, shared_a) = self.args;
-                drive(self.kern, chunk, a, b, init, shared_a);
+                let Args(chunk, a, b, init) = self.args;
+                drive(self.kern, chunk, a, b, init);
             }
         }
         if let Some(simd) = pulp::x86::V4::try_new() {
@@ -338,29 +435,16 @@ fn run(chunk: Chunk<'_>, a: MatRef<'_>, b: &PackedB, init: Init, shared_a: Optio
             return simd.vectorize(Op { kern, args });
         }
     }
-    let Args(chunk, a, b, init, shared_a) = args;
-    drive(Portable, chunk, a, b, init, shared_a);
+    let Args(chunk, a, b, init) = args;
+    drive(Portable, chunk, a, b, init);
 }
 
 /// What [`drive`] takes besides the kernel, carried into a `vectorize` call.
-struct Args<'a, 'c>(
-    Chunk<'c>,
-    MatRef<'a>,
-    &'a PackedB,
-    Init,
-    Option<&'a PackedA>,
-);
+struct Args<'a, 'c>(Chunk<'c>, Left<'a>, &'a PackedB, Init);
 
 /// The blocked loop nest over one chunk.
 #[inline(always)]
-fn drive<K: MicroKernel>(
-    kern: K,
-    chunk: Chunk<'_>,
-    a: MatRef<'_>,
-    b: &PackedB,
-    init: Init,
-    shared_a: Option<&PackedA>,
-) {
+fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, init: Init) {
     let Chunk {
         rows,
         panels,
@@ -368,19 +452,19 @@ fn drive<K: MicroKernel>(
     } = chunk;
     let (k, n) = (b.k, b.n);
     let col0 = panels.start * NR;
-    let mut own_a = match shared_a {
-        Some(_) => Vec::new(),
-        None => vec![0.0f32; block_len(rows.len(), k)],
+    let mut own_a = match a {
+        Left::Packed(_) => Vec::new(),
+        Left::Strided(_) => vec![0.0f32; block_len(rows.len(), k)],
     };
     for i0 in rows.clone().step_by(MC) {
         let i1 = (i0 + MC).min(rows.end);
         for k0 in (0..k).step_by(KC) {
             let k1 = (k0 + KC).min(k);
             let kc = k1 - k0;
-            // A chunk covering every row starts its blocks where `PackedA`'s start.
-            let packed_a: &[f32] = match shared_a {
-                Some(shared) => shared.block(i0, k0),
-                None => {
+            // A chunk of a packed `A` starts its blocks where the packing's start.
+            let packed_a: &[f32] = match a {
+                Left::Packed(packed) => packed.block(i0, k0),
+                Left::Strided(a) => {
                     pack_a(a, i0..i1, k0..k1, &mut own_a);
                     &own_a
                 }
@@ -436,6 +520,11 @@ fn drive<K: MicroKernel>(
     }
 }
 
+/// A tile's accumulators on the stack, on whole cache lines: a vector register loaded from a
+/// line-crossing slot just written is not forwarded from the store, and stalls until it commits.
+#[repr(C, align(64))]
+struct Aligned<T>(T);
+
 /// One tile's operands and where it lands in its rows of `C`.
 struct Tile<'p> {
     a: &'p [f32],
@@ -471,7 +560,8 @@ impl Tile<'_> {
         out: &mut [&mut [f32]],
     ) {
         let j0 = self.j0;
-        let mut acc = [[[0.0f32; NR]; 2]; 2 * MR];
+        let mut acc = Aligned([[[0.0f32; NR]; 2]; 2 * MR]);
+        let acc = &mut acc.0;
         for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
             for (half, at) in row.iter_mut().zip([j0, j0 + NR]) {
                 if let Some(c) = whole(c, at) {
@@ -479,7 +569,7 @@ impl Tile<'_> {
                 }
             }
         }
-        kern.tile_quad((self.a, a_next), (self.b, b_next), &mut acc);
+        kern.tile_quad((self.a, a_next), (self.b, b_next), acc);
         for (row, c) in acc.iter().zip(out.iter_mut()) {
             for (half, at) in row.iter().zip([j0, j0 + NR]) {
                 if let Some(c) = whole_mut(c, at) {
@@ -493,7 +583,8 @@ impl Tile<'_> {
     fn run<const R: usize, K: MicroKernel>(&self, kern: K, out: &mut [&mut [f32]]) {
         let j0 = self.j0;
         if let Some(b_next) = self.b_next {
-            let mut acc = [[[0.0f32; NR]; 2]; R];
+            let mut acc = Aligned([[[0.0f32; NR]; 2]; R]);
+            let acc = &mut acc.0;
             for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
                 for (half, at) in row.iter_mut().zip([j0, j0 + NR]) {
                     if let Some(c) = whole(c, at) {
@@ -501,7 +592,7 @@ impl Tile<'_> {
                     }
                 }
             }
-            kern.tile_pair::<R>(self.a, (self.b, b_next), &mut acc);
+            kern.tile_pair::<R>(self.a, (self.b, b_next), acc);
             for (row, c) in acc.iter().zip(out.iter_mut()) {
                 for (half, at) in row.iter().zip([j0, j0 + NR]) {
                     if let Some(c) = whole_mut(c, at) {
@@ -511,14 +602,15 @@ impl Tile<'_> {
             }
             return;
         }
-        let mut acc = [[0.0f32; NR]; R];
+        let mut acc = Aligned([[0.0f32; NR]; R]);
+        let acc = &mut acc.0;
         if self.width == NR {
             for (row, c) in acc.iter_mut().zip(out.iter()).filter(|_| self.load) {
                 if let Some(c) = whole(c, j0) {
                     *row = *c;
                 }
             }
-            kern.tile::<R>(self.a, self.b, &mut acc);
+            kern.tile::<R>(self.a, self.b, acc);
             for (row, c) in acc.iter().zip(out.iter_mut()) {
                 if let Some(c) = whole_mut(c, j0) {
                     *c = *row;
@@ -531,7 +623,7 @@ impl Tile<'_> {
                     *v = x;
                 }
             }
-            kern.tile::<R>(self.a, self.b, &mut acc);
+            kern.tile::<R>(self.a, self.b, acc);
             for (row, c) in acc.iter().zip(out.iter_mut()) {
                 for (x, &v) in c[cols.clone()].iter_mut().zip(row) {
                     *x = v;

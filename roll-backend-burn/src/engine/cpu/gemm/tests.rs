@@ -60,6 +60,53 @@ fn every_element_is_the_in_order_fma_chain() {
     }
 }
 
+/// A left operand packed once — from its values, or as the transpose of a packed right operand
+/// — gives every element's chain bit for bit, overwriting or accumulating, for shapes with
+/// partial panels and blocks, several row blocks and K blocks, and both splits between threads.
+#[test]
+fn a_packed_left_operand_is_the_chain_too() {
+    let shapes = [
+        (1, 1, 1),
+        (5, 3, 17),
+        (7, 300, 33),
+        (97, 700, 130),
+        (300, 530, 64),
+        (64, 96, 700),
+        (1000, 40, 300),
+    ];
+    for (seed, &(m, k, n)) in shapes.iter().enumerate() {
+        let a = random(m * k, 20 + seed as u64);
+        let b = random(k * n, 40 + seed as u64);
+        let start = random(m * n, 60 + seed as u64);
+        let (am, bm) = (MatRef::row_major(&a, m, k), MatRef::row_major(&b, k, n));
+        let packed_b = PackedB::new(bm);
+        // `A` as the transpose of a right operand `Aᵀ` (`k × m`), packed.
+        let a_t = crate::engine::cpu::matrix::transpose(&a, m, k);
+        let from_b = PackedA::transposed_from(&PackedB::new(MatRef::row_major(&a_t, k, m)));
+        for (packed_a, how) in [(PackedA::new(am), "packed"), (from_b, "from B")] {
+            assert_eq!((packed_a.m(), packed_a.k()), (m, k));
+            for init in [Init::Overwrite, Init::Accumulate] {
+                let mut c = start.clone();
+                matmul_packed(&mut c, &packed_a, &packed_b, init);
+                for i in 0..m {
+                    for j in 0..n {
+                        let from = if init == Init::Overwrite {
+                            0.0
+                        } else {
+                            start[i * n + j]
+                        };
+                        assert_eq!(
+                            c[i * n + j].to_bits(),
+                            chain(am, bm, i, j, from).to_bits(),
+                            "{m}x{k}x{n} ({how}, {init:?}) at ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Accumulating continues each element's chain from the value `C` held.
 #[test]
 fn accumulating_continues_the_chain_from_c() {
