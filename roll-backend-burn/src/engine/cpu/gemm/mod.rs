@@ -302,7 +302,7 @@ enum Left<'a> {
     Packed(&'a PackedA),
 }
 
-/// The left operand of a product, packed whole as [`pack_a`] packs one block: block
+/// The left operand of a product, packed whole, block by block as a product packs its own: block
 /// `(i0 / MC, k0 / KC)` at `(i0 / MC · k_blocks + k0 / KC) · block`. A weight packed once serves
 /// every product that reads it; an activation that chunks split by columns all read is packed
 /// once for all of them.
