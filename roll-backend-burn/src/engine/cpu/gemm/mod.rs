@@ -326,51 +326,47 @@ fn block_len(rows: usize, k: usize) -> usize {
 impl PackedA {
     /// Packs `a` (`m × k`, any strides).
     pub fn new(a: MatRef<'_>) -> Self {
-        let (m, k) = (a.rows, a.cols);
-        let k_blocks = k.div_ceil(KC);
-        let block = block_len(m, k);
-        let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * block];
-        // An empty operand has no blocks (and chunks of no floats do not exist).
-        data.par_chunks_exact_mut(block.max(1))
-            .enumerate()
-            .for_each(|(i, block)| {
-                let (i0, k0) = (i / k_blocks * MC, i % k_blocks * KC);
-                pack_a(a, i0..(i0 + MC).min(m), k0..(k0 + KC).min(k), block);
-            });
-        Self {
-            data,
-            m,
-            k,
-            k_blocks,
-            block,
-        }
+        Self::by_blocks(a.rows, a.cols, |rows, steps, out| {
+            pack_a(a, rows, steps, out)
+        })
     }
 
     /// `Bᵀ` packed as a left operand, from `b` packed as a right one: a weight packed for
     /// `X·W` serves `Wᵀ·Xᵀ` too, without its unpacked values. The same floats as
     /// [`PackedA::new`] of `Bᵀ` (packing flushed them already).
     pub fn transposed_from(b: &PackedB) -> Self {
-        let (m, k) = (b.n, b.k);
+        Self::by_blocks(b.n, b.k, |rows, steps, out| {
+            let kc = steps.len();
+            for (q, r0) in rows.clone().step_by(MR).enumerate() {
+                let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
+                for r in 0..MR.min(rows.end - r0) {
+                    // Row `j` of `Bᵀ` is lane `j % NR` of `b`'s panel `j / NR`.
+                    let j = r0 + r;
+                    let column = b.panel(j / NR, steps.clone()).iter().skip(j % NR);
+                    for (step, &x) in panel.chunks_exact_mut(MR).zip(column.step_by(NR)) {
+                        step[r] = x;
+                    }
+                }
+            }
+        })
+    }
+
+    /// An `m × k` left operand whose blocks `pack(rows, steps, out)` fills, in parallel, each
+    /// from zeros (the padding of a last partial panel stays 0).
+    fn by_blocks(
+        m: usize,
+        k: usize,
+        pack: impl Fn(Range<usize>, Range<usize>, &mut [f32]) + Sync,
+    ) -> Self {
         let k_blocks = k.div_ceil(KC);
         let block = block_len(m, k);
         let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * block];
+        // An empty operand has no blocks (and chunks of no floats do not exist).
         data.par_chunks_exact_mut(block.max(1))
             .enumerate()
             .for_each(|(i, out)| {
                 let (i0, k0) = (i / k_blocks * MC, i % k_blocks * KC);
-                let (rows, steps) = (i0..(i0 + MC).min(m), k0..(k0 + KC).min(k));
-                let kc = steps.len();
-                for (q, r0) in rows.clone().step_by(MR).enumerate() {
-                    let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
-                    for r in 0..MR.min(rows.end - r0) {
-                        // Row `j` of `Bᵀ` is lane `j % NR` of `b`'s panel `j / NR`.
-                        let j = r0 + r;
-                        let column = b.panel(j / NR, steps.clone()).iter().skip(j % NR);
-                        for (step, &x) in panel.chunks_exact_mut(MR).zip(column.step_by(NR)) {
-                            step[r] = x;
-                        }
-                    }
-                }
+                pack(i0..(i0 + MC).min(m), k0..(k0 + KC).min(k), out);
             });
         Self {
             data,
