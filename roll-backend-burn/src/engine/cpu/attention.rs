@@ -26,8 +26,32 @@ pub(crate) struct HeadShape {
 ///
 /// Query head `j` reads kv head `j / (heads / kv_heads)`. Each score sums over the head dimension
 /// in order, the softmax sum and each output element over positions in order.
+///
+/// Runs with the widest vector instructions this CPU has (AVX-512, else AVX2, else the build's
+/// baseline): the loops are element-wise across positions and head dimensions, each lane the same
+/// sequence of roundings as a scalar one (Rust neither fuses a multiply and an add nor reorders a
+/// sum on its own), so the bits do not depend on which runs.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
+    shape: HeadShape,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    blocks: &[u32],
+    len: usize,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    super::widest(
+        #[inline(always)]
+        || attend_scalar(shape, q, k_pool, v_pool, blocks, len, scores, out),
+    )
+}
+
+/// [`attend`], as written: what [`super::widest`] compiles with its instructions enabled.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn attend_scalar(
     shape: HeadShape,
     q: &[f32],
     k_pool: &[f32],

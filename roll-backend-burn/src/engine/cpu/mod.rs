@@ -106,6 +106,26 @@ use rope::rope_in_place;
 use swiglu::silu_mul;
 use weights::Weights;
 
+/// Runs `f` compiled with the widest vector instructions this CPU has — AVX-512 (x86-64-v4), else
+/// AVX2 + FMA (v3), else the build's baseline — for loops the compiler vectorises on its own.
+/// Only for code whose bits cannot depend on the vector width: element-wise work, sums kept in
+/// order (Rust does not reassociate floating-point sums or fuse a multiply and an add unless told
+/// to). `f`'s body must be inlined into it (`#[inline(always)]` on what it calls) for the
+/// instructions to apply.
+#[inline(always)]
+fn widest<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            return simd.vectorize(f);
+        }
+        if let Some(simd) = pulp::x86::V3::try_new() {
+            return simd.vectorize(f);
+        }
+    }
+    f()
+}
+
 /// Tokens per forward call of [`CpuDecoder::score`]; bounds its live activations. Small enough
 /// that a layer's activations stay in cache and are allocated from the heap rather than mapped
 /// afresh, large enough that each weight read serves hundreds of tokens: scoring 16 × 128 tokens
