@@ -5,7 +5,8 @@
 /// (truncation error < 1e-8 relative), and `2ⁿ` built from its bits. Within 2 ulps of
 /// `f32::exp` on `[-87, 88]`; inputs are clamped to that range (below it the result is ~1e-38
 /// instead of a denormal or 0, above it finite instead of infinite; NaN gives ~1e-38).
-#[inline]
+// Always inlined: the callers' loops run under `widest`, whose instructions reach only inlined code.
+#[inline(always)]
 // `max`/`min` vectorise to `maxps`/`minps`; `clamp` keeps NaN, which costs scalar checks.
 #[allow(clippy::manual_clamp)]
 pub(crate) fn exp(x: f32) -> f32 {

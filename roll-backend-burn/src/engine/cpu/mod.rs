@@ -100,7 +100,7 @@ use logits::logprobs_and_entropy_t;
 use matrix::{add_in_place, transpose};
 use norm::{rms_norm_cols, rms_norm_cols_keeping_roots, rms_norm_in_place};
 use rayon::prelude::*;
-pub(crate) use record::Recorder;
+pub(crate) use record::{AttentionBlock, MlpBlock, Recorder};
 use roll_core::policy::{ScoreRequest, TokenScores};
 use rope::rope_in_place;
 use swiglu::silu_mul;
@@ -113,7 +113,7 @@ use weights::Weights;
 /// to). `f`'s body must be inlined into it (`#[inline(always)]` on what it calls) for the
 /// instructions to apply.
 #[inline(always)]
-fn widest<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn widest<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(simd) = pulp::x86::V4::try_new() {
@@ -277,7 +277,7 @@ impl CpuDecoder {
         for (l, layer) in self.w.layers.iter().enumerate() {
             // Attention block: q|k|v per token.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.input_norm);
-            rec.attention_input(&xt, &normed, &inv_rms);
+            rec.attention_input(&xt);
             let mut qkv = layer.qkv.forward_rows(&normed, n);
             rec.qkv_projected(&qkv);
             for (t, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
@@ -295,7 +295,6 @@ impl CpuDecoder {
                     .chain(k.chunks_exact_mut(d))
                     .for_each(|h| rope_in_place(h, c, s));
             }
-            rec.qkv_rotated(&qkv);
             for (t, row) in qkv.chunks_exact(qkv_width).enumerate() {
                 let (k, v) = row[q_width..].split_at(kv_heads * d);
                 for (g, (k, v)) in k.chunks_exact(d).zip(v.chunks_exact(d)).enumerate() {
@@ -343,16 +342,29 @@ impl CpuDecoder {
                 Vec::new()
             };
             let attn_t = transpose(&attn, n, q_width);
-            rec.attention(probs, &attn_t);
-            add_in_place(&mut xt, &self.reduced(layer.o.forward(&attn_t, n))?);
+            let o = self.reduced(layer.o.forward(&attn_t, n))?;
+            rec.attention(AttentionBlock {
+                normed_t: normed,
+                inv_rms,
+                qkv,
+                probs,
+                out_t: attn_t,
+            });
+            add_in_place(&mut xt, &o);
 
             // MLP block.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.post_norm);
-            rec.mlp_input(&xt, &normed, &inv_rms);
+            rec.mlp_input(&xt);
             let gate_up = layer.gate_up.forward(&normed, n);
             let act = silu_mul(&gate_up);
-            rec.mlp_hidden(&gate_up, &act);
-            add_in_place(&mut xt, &self.reduced(layer.down.forward(&act, n))?);
+            let down = self.reduced(layer.down.forward(&act, n))?;
+            rec.mlp(MlpBlock {
+                normed_t: normed,
+                inv_rms,
+                gate_up_t: gate_up,
+                act_t: act,
+            });
+            add_in_place(&mut xt, &down);
         }
         Ok(xt)
     }
@@ -463,7 +475,7 @@ impl CpuDecoder {
     ///
     /// Each sequence is prefilled into a temporary [`CpuCache`], the LM head running only at the
     /// positions that predict response tokens. Sequences are packed, in request order, into
-    /// forward calls of at most 4096 tokens (a longer sequence is prefilled in pieces across
+    /// forward calls of at most 512 tokens ([`SCORE_TOKENS`]; a longer sequence is prefilled in pieces across
     /// calls), and the LM head runs on 256 positions at a time, which bounds the live logits to
     /// `256 × vocab` floats. Results are batch-invariant:
     /// a sequence's scores are bit-identical whatever else the request holds.

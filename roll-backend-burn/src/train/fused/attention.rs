@@ -63,23 +63,23 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// Partial sums of [`dot`].
 const DOT_LANES: usize = 8;
 
-/// `(dq, dk, dv)` from `dO`.
-#[allow(clippy::too_many_arguments)]
+/// The gradient of `q|k|v` (`[tokens, (heads + 2·kv_heads)·d]`, the layout of `qkv`, the
+/// values attention read) from `dO` (`[tokens, heads·d]`).
 pub(crate) fn backward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    qkv: &[f32],
     probs: &[Probs],
     d_out: &[f32],
     seqs: &[(usize, usize)],
     shape: Heads,
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+) -> Vec<f32> {
     let Heads {
         heads,
         kv_heads,
         dim: d,
     } = shape;
     let (rep, scale) = (shape.rep(), shape.scale());
+    let width = (heads + 2 * kv_heads) * d;
+    let (k_at, v_at) = (heads * d, (heads + kv_heads) * d);
     let tasks = tasks(seqs.len(), kv_heads);
     let parts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
@@ -88,13 +88,13 @@ pub(crate) fn backward(
             let mut dq = vec![0.0f32; rep * len * d];
             let mut dk = vec![0.0f32; len * d];
             let mut dv = vec![0.0f32; len * d];
-            let krow = |t: usize| &k[(start + t) * kv_heads * d + j * d..][..d];
-            let vrow = |t: usize| &v[(start + t) * kv_heads * d + j * d..][..d];
+            let krow = |t: usize| &qkv[(start + t) * width + k_at + j * d..][..d];
+            let vrow = |t: usize| &qkv[(start + t) * width + v_at + j * d..][..d];
             let mut ds = vec![0.0f32; len];
             for r in 0..rep {
                 let h = j * rep + r;
                 for i in 0..len {
-                    let qi = &q[(start + i) * heads * d + h * d..][..d];
+                    let qi = &qkv[(start + i) * width + h * d..][..d];
                     let doi = &d_out[(start + i) * heads * d + h * d..][..d];
                     let p = &probs[start + i][h * (i + 1)..][..=i];
                     let mut sum = 0.0f32;
@@ -120,23 +120,20 @@ pub(crate) fn backward(
             (dq, dk, dv)
         })
         .collect();
-    let tokens = q.len() / (heads * d);
-    let mut dq = vec![0.0f32; tokens * heads * d];
-    let mut dk = vec![0.0f32; tokens * kv_heads * d];
-    let mut dv = vec![0.0f32; tokens * kv_heads * d];
+    let mut dqkv = vec![0.0f32; qkv.len()];
     for (&(s, j), (tq, tk, tv)) in tasks.iter().zip(parts) {
         let (start, len) = seqs[s];
         for i in 0..len {
+            let row = &mut dqkv[(start + i) * width..][..width];
             for r in 0..rep {
                 let h = j * rep + r;
-                dq[(start + i) * heads * d + h * d..][..d]
-                    .copy_from_slice(&tq[(r * len + i) * d..][..d]);
+                row[h * d..][..d].copy_from_slice(&tq[(r * len + i) * d..][..d]);
             }
-            dk[(start + i) * kv_heads * d + j * d..][..d].copy_from_slice(&tk[i * d..][..d]);
-            dv[(start + i) * kv_heads * d + j * d..][..d].copy_from_slice(&tv[i * d..][..d]);
+            row[k_at + j * d..][..d].copy_from_slice(&tk[i * d..][..d]);
+            row[v_at + j * d..][..d].copy_from_slice(&tv[i * d..][..d]);
         }
     }
-    (dq, dk, dv)
+    dqkv
 }
 
 #[cfg(test)]
@@ -209,9 +206,22 @@ mod tests {
             o.iter().zip(&w).map(|(a, b)| f64::from(a * b)).sum()
         };
         let (_, probs) = forward(&q, &k, &v, &seqs, shape);
-        let (dq, dk, dv) = backward(&q, &k, &v, &probs, &w, &seqs, shape);
-        check_gradient(&q, &dq, |q| loss(q, &k, &v));
-        check_gradient(&k, &dk, |k| loss(&q, k, &v));
-        check_gradient(&v, &dv, |v| loss(&q, &k, v));
+        // `q|k|v` per token, as the decoder's projection leaves them, and back.
+        let joined: Vec<f32> = (0..n)
+            .flat_map(|t| [&q[t * 16..][..16], &k[t * 8..][..8], &v[t * 8..][..8]].concat())
+            .collect();
+        let split = |qkv: &[f32]| -> [Vec<f32>; 3] {
+            let rows = || qkv.chunks_exact(32);
+            [
+                rows().flat_map(|r| &r[..16]).copied().collect(),
+                rows().flat_map(|r| &r[16..24]).copied().collect(),
+                rows().flat_map(|r| &r[24..]).copied().collect(),
+            ]
+        };
+        let dqkv = backward(&joined, &probs, &w, &seqs, shape);
+        check_gradient(&joined, &dqkv, |qkv| {
+            let [q, k, v] = split(qkv);
+            loss(&q, &k, &v)
+        });
     }
 }

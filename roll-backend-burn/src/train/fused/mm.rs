@@ -2,8 +2,9 @@
 //! ([`crate::engine::cpu::gemm`]), the one the decoder runs: no tensors, no copies around the
 //! products, and a transposed operand read through its strides.
 
-pub(crate) use crate::engine::cpu::gemm::{Init, MatRef, PackedB, matmul};
+pub(crate) use crate::engine::cpu::gemm::{Init, MatRef, PackedA, PackedB, matmul, matmul_packed};
 pub(crate) use crate::engine::cpu::matrix::add_in_place;
+use std::ops::Range;
 
 /// An owned row-major matrix.
 #[derive(Debug, Clone)]
@@ -48,11 +49,50 @@ pub(crate) fn add_mul(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>) {
     matmul(c, a, &PackedB::new(b), Init::Accumulate);
 }
 
-/// The bias gradient: the column sums of `dy` (`[rows, width]`), added to `into`.
-pub(crate) fn add_column_sums(into: &mut [f32], dy: &[f32]) {
-    for row in dy.chunks_exact(into.len()) {
-        for (g, d) in into.iter_mut().zip(row) {
-            *g += d;
+/// The bias gradient: the sums over the tokens of `dy`'s columns `cols`, added to `into`.
+pub(crate) fn add_column_sums(into: &mut [f32], dy: OutputGrad<'_>, cols: Range<usize>) {
+    match dy {
+        OutputGrad::Rows { values, width } => {
+            for row in values.chunks_exact(width) {
+                add_in_place(into, &row[cols.clone()]);
+            }
+        }
+        OutputGrad::Cols { values, tokens } => {
+            for (sum, row) in into
+                .iter_mut()
+                .zip(values.chunks_exact(tokens).skip(cols.start))
+            {
+                *sum += row.iter().sum::<f32>();
+            }
+        }
+    }
+}
+
+/// The gradient of a projection's output, in either layout the backward produces it in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OutputGrad<'a> {
+    /// Per token: `[tokens, width]`.
+    Rows { values: &'a [f32], width: usize },
+    /// Transposed: `[width, tokens]` (as the decoder keeps activations).
+    Cols { values: &'a [f32], tokens: usize },
+}
+
+impl<'a> OutputGrad<'a> {
+    /// Tokens.
+    pub(crate) fn tokens(&self) -> usize {
+        match *self {
+            Self::Rows { values, width } => values.len() / width.max(1),
+            Self::Cols { tokens, .. } => tokens,
+        }
+    }
+
+    /// As a `[tokens, width]` matrix (a strided view of a transposed one).
+    pub(crate) fn view(&self) -> MatRef<'a> {
+        match *self {
+            Self::Rows { values, width } => MatRef::row_major(values, self.tokens(), width),
+            Self::Cols { values, tokens } => {
+                MatRef::row_major(values, values.len() / tokens.max(1), tokens).t()
+            }
         }
     }
 }

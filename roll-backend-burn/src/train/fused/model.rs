@@ -5,13 +5,13 @@
 use super::attention::{self, Probs};
 use super::grads::GradSink;
 use super::head;
-use super::mm::{self, Mat, MatRef};
+use super::mm::{self, Mat, MatRef, OutputGrad};
 use super::norm;
 use super::rope;
 use super::swiglu;
-use super::weights::{Matrix, Weights};
-use crate::engine::cpu::Recorder;
+use super::weights::{Projection, Weights};
 use crate::engine::cpu::matrix::transpose;
+use crate::engine::cpu::{AttentionBlock, MlpBlock, Recorder};
 use crate::{BackendError, Result};
 
 /// Sequences packed end to end, and the positions whose next token is scored.
@@ -49,29 +49,24 @@ impl Packed {
 /// Inputs of linear layers are kept transposed (`…_t`, `[features, tokens]`, as the decoder's
 /// GEMMs read them) in the tensors the weight gradients `Xᵀ·dY` multiply; the rest per token.
 struct LayerTape {
-    rows: TokenRows,
-    h1_t: Mat,
-    attn_t: Mat,
-    h2_t: Mat,
-    act_t: Mat,
-}
-
-/// A layer's per-token activations (token-major), filled hook by hook as the decoder runs.
-#[derive(Default)]
-struct TokenRows {
+    /// The residual stream entering the layer, `[tokens, hidden]`, and its norm's reciprocal
+    /// roots.
     x: Vec<f32>,
     r1: Vec<f32>,
+    h1_t: Mat,
     /// Queries and keys before the QK-norm, with its reciprocal roots (Qwen3).
     qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
-    /// Queries and keys as attention read them (normed, rotated).
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    /// `q|k|v` per token as attention read them (normed, rotated).
+    qkv: Vec<f32>,
     probs: Vec<Probs>,
+    attn_t: Mat,
+    /// The residual stream entering the MLP, `[tokens, hidden]`, and its norm's roots.
     xm: Vec<f32>,
     r2: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
+    h2_t: Mat,
+    /// `gate|up`, `[2·inter, tokens]` (the gate rows, then the up rows).
+    gate_up_t: Mat,
+    act_t: Mat,
 }
 
 /// A forward's saved activations and its outputs.
@@ -108,93 +103,75 @@ pub(crate) enum Outputs {
 struct Keeper<'a> {
     w: &'a Weights,
     tokens: usize,
-    /// The current layer's per-token activations and GEMM inputs, until its last hook.
-    rows: TokenRows,
-    h1_t: Option<Mat>,
-    attn_t: Option<Mat>,
-    h2_t: Option<Mat>,
+    /// The current layer's values, until its last hook.
+    x: Vec<f32>,
+    qk_pre: Option<[(Vec<f32>, Vec<f32>); 2]>,
+    attention: Option<AttentionBlock>,
+    xm: Vec<f32>,
     layers: Vec<LayerTape>,
 }
 
 impl Keeper<'_> {
     /// A transposed activation `[features, tokens]`, kept for the weight gradients.
-    fn kept_t(&self, values_t: &[f32]) -> Mat {
+    fn kept_t(&self, values_t: Vec<f32>) -> Mat {
         let features = values_t.len() / self.tokens.max(1);
-        Mat::new(values_t.to_vec(), features, self.tokens)
-    }
-
-    /// Splits per-token `q|k|v` rows into `q`, `k`, `v` (each `[tokens, width]`).
-    fn split_qkv(&self, qkv: &[f32]) -> [Vec<f32>; 3] {
-        let (heads, kv_heads, d) = (self.w.heads.heads, self.w.heads.kv_heads, self.w.heads.dim);
-        let widths = [heads * d, kv_heads * d, kv_heads * d];
-        let mut parts = widths.map(|w| Vec::with_capacity(self.tokens * w));
-        for row in qkv.chunks_exact(widths.iter().sum()) {
-            let mut at = 0;
-            for (part, w) in parts.iter_mut().zip(widths) {
-                part.extend_from_slice(&row[at..at + w]);
-                at += w;
-            }
-        }
-        parts
+        Mat::new(values_t, features, self.tokens)
     }
 }
 
 impl Recorder for Keeper<'_> {
     const KEEPS_PROBS: bool = true;
 
-    fn attention_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
-        self.rows.x = transpose(x_t, self.w.hidden, self.tokens);
-        self.rows.r1 = inv_rms.to_vec();
-        self.h1_t = Some(self.kept_t(normed_t));
+    fn attention_input(&mut self, x_t: &[f32]) {
+        self.x = transpose(x_t, self.w.hidden, self.tokens);
     }
 
     fn qkv_projected(&mut self, qkv: &[f32]) {
         let l = &self.w.layers[self.layers.len()];
         if let Some((qn, kn)) = &l.qk_norm {
-            let [q, k, _] = self.split_qkv(qkv);
+            let (heads, kv_heads, d) =
+                (self.w.heads.heads, self.w.heads.kv_heads, self.w.heads.dim);
+            let width = (heads + 2 * kv_heads) * d;
+            let (mut q, mut k) = (Vec::new(), Vec::new());
+            for row in qkv.chunks_exact(width) {
+                q.extend_from_slice(&row[..heads * d]);
+                k.extend_from_slice(&row[heads * d..(heads + kv_heads) * d]);
+            }
             // The backward needs only the reciprocal roots of the QK-norm's forward.
             let rq = norm::roots(&q, qn.values.len(), self.w.eps);
             let rk = norm::roots(&k, kn.values.len(), self.w.eps);
-            self.rows.qk_pre = Some([(q, rq), (k, rk)]);
+            self.qk_pre = Some([(q, rq), (k, rk)]);
         }
     }
 
-    fn qkv_rotated(&mut self, qkv: &[f32]) {
-        let [q, k, v] = self.split_qkv(qkv);
-        (self.rows.q, self.rows.k, self.rows.v) = (q, k, v);
+    fn attention(&mut self, block: AttentionBlock) {
+        self.attention = Some(block);
     }
 
-    fn attention(&mut self, probs: Vec<Vec<f32>>, out_t: &[f32]) {
-        self.rows.probs = probs;
-        self.attn_t = Some(self.kept_t(out_t));
+    fn mlp_input(&mut self, x_t: &[f32]) {
+        self.xm = transpose(x_t, self.w.hidden, self.tokens);
     }
 
-    fn mlp_input(&mut self, x_t: &[f32], normed_t: &[f32], inv_rms: &[f32]) {
-        self.rows.xm = transpose(x_t, self.w.hidden, self.tokens);
-        self.rows.r2 = inv_rms.to_vec();
-        self.h2_t = Some(self.kept_t(normed_t));
-    }
-
-    fn mlp_hidden(&mut self, gate_up_t: &[f32], act_t: &[f32]) {
-        let inter = act_t.len() / self.tokens.max(1);
-        let (gate_t, up_t) = gate_up_t.split_at(gate_up_t.len() / 2);
-        self.rows.gate = transpose(gate_t, inter, self.tokens);
-        self.rows.up = transpose(up_t, inter, self.tokens);
-        let act_t = self.kept_t(act_t);
-        let rows = std::mem::take(&mut self.rows);
+    fn mlp(&mut self, block: MlpBlock) {
         // The decoder calls every hook of a layer before this one; `forward` checks that every
         // layer arrived.
-        if let (Some(h1_t), Some(attn_t), Some(h2_t)) =
-            (self.h1_t.take(), self.attn_t.take(), self.h2_t.take())
-        {
-            self.layers.push(LayerTape {
-                rows,
-                h1_t,
-                attn_t,
-                h2_t,
-                act_t,
-            });
-        }
+        let Some(a) = self.attention.take() else {
+            return;
+        };
+        self.layers.push(LayerTape {
+            x: std::mem::take(&mut self.x),
+            r1: a.inv_rms,
+            h1_t: self.kept_t(a.normed_t),
+            qk_pre: self.qk_pre.take(),
+            qkv: a.qkv,
+            probs: a.probs,
+            attn_t: self.kept_t(a.out_t),
+            xm: std::mem::take(&mut self.xm),
+            r2: block.inv_rms,
+            h2_t: self.kept_t(block.normed_t),
+            gate_up_t: self.kept_t(block.gate_up_t),
+            act_t: self.kept_t(block.act_t),
+        });
     }
 }
 
@@ -219,10 +196,10 @@ pub(crate) fn forward(
     let mut keeper = Keeper {
         w,
         tokens: n,
-        rows: TokenRows::default(),
-        h1_t: None,
-        attn_t: None,
-        h2_t: None,
+        x: Vec::new(),
+        qk_pre: None,
+        attention: None,
+        xm: Vec::new(),
         layers: Vec::with_capacity(w.layers.len()),
     };
     let x_final_t = w.decoder.forward_recorded(&seqs, stream_in, &mut keeper)?;
@@ -273,33 +250,85 @@ pub(crate) fn forward(
     })
 }
 
-/// Adds `Xᵀ·dY` (and the bias gradient) of a linear layer, given its input transposed (`x_t`,
-/// `[d_in, tokens]`), to `sink`; returns `dY·Wᵀ`.
-fn linear_backward(x_t: &Mat, dy: Vec<f32>, m: &Matrix, sink: &mut GradSink) -> Vec<f32> {
-    if let Some(b) = &m.bias {
-        let mut db = vec![0.0; b.values.len()];
-        mm::add_column_sums(&mut db, &dy);
-        sink.add_vector(b, db);
+/// Adds `Xᵀ·dY` (and the bias gradients) of a projection's parts, given its input transposed
+/// (`x_t`, `[d_in, tokens]`) and its output's gradient, to `sink`.
+fn weight_gradients(x_t: &Mat, dy: OutputGrad<'_>, p: &Projection, sink: &mut GradSink) {
+    let (rows, x_t, dy_all) = (x_t.cols, x_t.view(), dy.view());
+    let mut at = 0;
+    for m in &p.parts {
+        let cols = at..at + m.dims[1];
+        at = cols.end;
+        if let Some(b) = &m.bias {
+            let mut db = vec![0.0; b.values.len()];
+            mm::add_column_sums(&mut db, dy, cols.clone());
+            sink.add_vector(b, db);
+        }
+        if let Some(ad) = &m.adapter {
+            // dA = s·Xᵀ·(dY·Bᵀ), dB = s·(X·A)ᵀ·dY: through the rank-r products, never the
+            // `[d_in, d_out]` gradient of the weight itself.
+            let dy = dy_all.columns(cols);
+            let r = ad.a.cols;
+            let scaled = |g: Vec<f32>| g.into_iter().map(|v| v * ad.scale).collect();
+            let dy_b = mm::mul(dy, ad.b.view().t());
+            let dy_b = MatRef::row_major(&dy_b, rows, r);
+            sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul(x_t, dy_b)));
+            let x_a = mm::mul(x_t.t(), ad.a.view());
+            let x_a = MatRef::row_major(&x_a, rows, r);
+            sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::mul(x_a.t(), dy)));
+        }
     }
-    let (rows, x_t) = (x_t.cols, x_t.view());
-    let dy = MatRef::row_major(&dy, rows, m.dims[1]);
-    if let Some(ad) = &m.adapter {
-        // dA = s·Xᵀ·(dY·Bᵀ), dB = s·(X·A)ᵀ·dY: through the rank-r products, never the
-        // `[d_in, d_out]` gradient of the weight itself.
-        let r = ad.a.cols;
-        let scaled = |g: Vec<f32>| g.into_iter().map(|v| v * ad.scale).collect();
-        let dy_b = mm::mul(dy, ad.b.view().t());
-        let dy_b = MatRef::row_major(&dy_b, rows, r);
-        sink.add_matrix(ad.a_id, ad.a.dims(), scaled(mm::mul(x_t, dy_b)));
-        let x_a = mm::mul(x_t.t(), ad.a.view());
-        let x_a = MatRef::row_major(&x_a, rows, r);
-        sink.add_matrix(ad.b_id, ad.b.dims(), scaled(mm::mul(x_a.t(), dy)));
+    // A frozen weight needs no gradient of its own; the trained ones get theirs from one
+    // product over every part, split by columns.
+    if let OutputGrad::Cols { values, .. } = dy {
+        if !p.parts.iter().any(|m| m.trains) {
+            return;
+        }
+        // `dWᵀ = dYᵀ·X`: both operands are then read along their contiguous rows when packed
+        // (`Xᵀ·dY` would pack both from columns).
+        let d_in = x_t.rows();
+        let dw_t = mm::mul(MatRef::row_major(values, p.width(), rows), x_t.t());
+        let mut at = 0;
+        for m in &p.parts {
+            let cols = at..at + m.dims[1];
+            at = cols.end;
+            if m.trains {
+                let g = transpose(&dw_t[cols.start * d_in..cols.end * d_in], cols.len(), d_in);
+                sink.add_matrix(m.id, m.dims, g);
+            }
+        }
+        return;
     }
-    // A frozen weight needs no gradient of its own.
-    if m.trains {
-        sink.add_matrix(m.id, m.dims, mm::mul(x_t, dy));
+    match p.parts.as_slice() {
+        [m] if m.trains => sink.add_matrix(m.id, m.dims, mm::mul(x_t, dy_all)),
+        parts if parts.iter().any(|m| m.trains) => {
+            let (dw, width) = (mm::mul(x_t, dy_all), p.width());
+            let mut at = 0;
+            for m in parts {
+                let cols = at..at + m.dims[1];
+                at = cols.end;
+                if m.trains {
+                    let g = dw
+                        .chunks_exact(width)
+                        .flat_map(|row| &row[cols.clone()])
+                        .copied()
+                        .collect();
+                    sink.add_matrix(m.id, m.dims, g);
+                }
+            }
+        }
+        _ => {}
     }
-    mm::mul_packed(dy, &m.weight_t)
+}
+
+/// [`weight_gradients`] of a projection whose output's gradient `dy` is per token
+/// (`[tokens, Σ d_out]`); returns the input's, `dY·Wᵀ`, per token.
+fn projection_backward(x_t: &Mat, dy: &[f32], p: &Projection, sink: &mut GradSink) -> Vec<f32> {
+    let dy = OutputGrad::Rows {
+        values: dy,
+        width: p.width(),
+    };
+    weight_gradients(x_t, dy, p, sink);
+    p.input_grad(dy)
 }
 
 /// What a pipeline stage's backward starts from.
@@ -403,45 +432,72 @@ pub(crate) fn backward_stage(
             dx
         }
     };
+    let (heads, kv_heads) = (w.heads.heads, w.heads.kv_heads);
     for (l, t) in w.layers.iter().zip(layers).rev() {
         // MLP: x_next = xm + down(silu(gate(h2)) ⊙ up(h2)).
-        let d_act = linear_backward(&t.act_t, dx.clone(), &l.down, sink);
-        let (d_gate, d_up) = swiglu::backward(&t.rows.gate, &t.rows.up, &d_act);
-        let mut dh2 = linear_backward(&t.h2_t, d_gate, &l.gate, sink);
-        mm::add_in_place(&mut dh2, &linear_backward(&t.h2_t, d_up, &l.up, sink));
+        // Its gradients run transposed, `[features, tokens]`, as the forward kept its
+        // activations: the SwiGLU backward then reads them as they are.
+        let d_out = OutputGrad::Rows {
+            values: &dx,
+            width: h,
+        };
+        weight_gradients(&t.act_t, d_out, &l.down, sink);
+        let d_act_t = l.down.input_grad_t(d_out);
+        let d_gate_up_t = swiglu::backward(&t.gate_up_t.values, &d_act_t);
+        let d_gate_up = OutputGrad::Cols {
+            values: &d_gate_up_t,
+            tokens: n,
+        };
+        weight_gradients(&t.h2_t, d_gate_up, &l.gate_up, sink);
+        let dh2 = l.gate_up.input_grad(d_gate_up);
         let dh2 = completed(dh2)?;
         let mut dg2 = vec![0.0; h];
-        let mut dxm = norm::backward(&t.rows.xm, &t.rows.r2, &l.post_norm.values, &dh2, &mut dg2);
+        let mut dxm = norm::backward(&t.xm, &t.r2, &l.post_norm.values, &dh2, &mut dg2);
         sink.add_vector(&l.post_norm, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
-        let d_attn = linear_backward(&t.attn_t, dxm.clone(), &l.o, sink);
-        let (mut dq, mut dk, dv) = attention::backward(
-            &t.rows.q,
-            &t.rows.k,
-            &t.rows.v,
-            &t.rows.probs,
-            &d_attn,
-            &p.seqs,
-            w.heads,
+        let d_attn = projection_backward(&t.attn_t, &dxm, &l.o, sink);
+        let mut dqkv = attention::backward(&t.qkv, &t.probs, &d_attn, &p.seqs, w.heads);
+        // The queries and keys, side by side at the start of each row, were rotated.
+        rope::rotate(
+            &mut dqkv,
+            (heads + kv_heads) * d,
+            &p.positions,
+            d,
+            &cos,
+            &sin,
+            true,
         );
-        rope::rotate(&mut dq, &p.positions, d, &cos, &sin, true);
-        rope::rotate(&mut dk, &p.positions, d, &cos, &sin, true);
-        if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.rows.qk_pre) {
+        if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.qk_pre) {
             // The QK-norm gains are shared by every head: a rank sums over its own heads only.
+            let width = (heads + 2 * kv_heads) * d;
+            let (q_cols, k_cols) = (0..heads * d, heads * d..(heads + kv_heads) * d);
+            let part = |cols: &std::ops::Range<usize>| -> Vec<f32> {
+                dqkv.chunks_exact(width)
+                    .flat_map(|row| &row[cols.clone()])
+                    .copied()
+                    .collect()
+            };
+            let (dq, dk) = (part(&q_cols), part(&k_cols));
             let mut dgq = vec![0.0; d];
-            dq = norm::backward(q_pre, rq, &qn.values, &dq, &mut dgq);
+            let dq = norm::backward(q_pre, rq, &qn.values, &dq, &mut dgq);
             sink.add_vector(qn, completed(dgq)?);
             let mut dgk = vec![0.0; d];
-            dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
+            let dk = norm::backward(k_pre, rk, &kn.values, &dk, &mut dgk);
             sink.add_vector(kn, completed(dgk)?);
+            for ((row, dq), dk) in dqkv
+                .chunks_exact_mut(width)
+                .zip(dq.chunks_exact(q_cols.len()))
+                .zip(dk.chunks_exact(k_cols.len()))
+            {
+                row[q_cols.clone()].copy_from_slice(dq);
+                row[k_cols.clone()].copy_from_slice(dk);
+            }
         }
-        let mut dh1 = linear_backward(&t.h1_t, dq, &l.q, sink);
-        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dk, &l.k, sink));
-        mm::add_in_place(&mut dh1, &linear_backward(&t.h1_t, dv, &l.v, sink));
+        let dh1 = projection_backward(&t.h1_t, &dqkv, &l.qkv, sink);
         let dh1 = completed(dh1)?;
         let mut dg1 = vec![0.0; h];
-        dx = norm::backward(&t.rows.x, &t.rows.r1, &l.input_norm.values, &dh1, &mut dg1);
+        dx = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
         sink.add_vector(&l.input_norm, dg1);
         mm::add_in_place(&mut dx, &dxm);
     }

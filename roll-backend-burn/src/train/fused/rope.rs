@@ -18,10 +18,12 @@ pub(crate) fn tables(len: usize, inv_freq: &[f32]) -> (Vec<f32>, Vec<f32>) {
     (cos, sin)
 }
 
-/// Rotates every head of `x` (`[tokens, heads·d]`) whose token sits at `positions[t]`; `inverse`
-/// rotates by `−θ` (the backward).
+/// Rotates the heads in the first `rotated` columns of each row of `x` (`[tokens, width]`) whose
+/// token sits at `positions[t]`, leaving the other columns; `inverse` rotates by `−θ` (the
+/// backward).
 pub(crate) fn rotate(
     x: &mut [f32],
+    rotated: usize,
     positions: &[usize],
     head_dim: usize,
     cos: &[f32],
@@ -36,7 +38,7 @@ pub(crate) fn rotate(
             &cos[p * half..(p + 1) * half],
             &sin[p * half..(p + 1) * half],
         );
-        for head in row.chunks_exact_mut(head_dim) {
+        for head in row[..rotated].chunks_exact_mut(head_dim) {
             let (a, b) = head.split_at_mut(half);
             for i in 0..half {
                 let (x1, x2, si) = (a[i], b[i], sign * s[i]);
@@ -54,7 +56,9 @@ mod tests {
 
     #[test]
     fn the_inverse_rotation_is_the_backward() {
-        let (d, heads) = (8, 2);
+        // Two rotated heads, then one that is not (as the values beside queries and keys).
+        let (d, heads) = (8, 3);
+        let rotated = 2 * d;
         let positions = [0, 3, 7];
         let inv_freq: Vec<f32> = (0..d / 2)
             .map(|i| 1.0 / 10_000f32.powf(2.0 * i as f32 / d as f32))
@@ -64,11 +68,18 @@ mod tests {
         let w = random(x.len(), 5);
         let loss = |x: &[f32]| -> f64 {
             let mut y = x.to_vec();
-            rotate(&mut y, &positions, d, &cos, &sin, false);
+            rotate(&mut y, rotated, &positions, d, &cos, &sin, false);
             y.iter().zip(&w).map(|(a, b)| f64::from(a * b)).sum()
         };
         let mut dx = w.clone();
-        rotate(&mut dx, &positions, d, &cos, &sin, true);
+        rotate(&mut dx, rotated, &positions, d, &cos, &sin, true);
         check_gradient(&x, &dx, loss);
+        // The column past `rotated` passes through: its gradient is the loss's weight.
+        for (t, row) in dx.chunks_exact(heads * d).enumerate() {
+            assert_eq!(
+                row[rotated..],
+                w[t * heads * d + rotated..(t + 1) * heads * d]
+            );
+        }
     }
 }

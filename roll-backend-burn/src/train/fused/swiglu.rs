@@ -2,11 +2,13 @@
 //! `dg = da ⊙ u ⊙ σ(g)·(1 + g·(1 − σ(g)))`, `du = da ⊙ silu(g)`.
 
 use crate::engine::cpu::exp::exp;
+use crate::engine::cpu::widest;
 use rayon::prelude::*;
 
 /// Elements per rayon task.
 const CHUNK: usize = 4096;
 
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
@@ -25,27 +27,34 @@ fn forward(gate: &[f32], up: &[f32]) -> Vec<f32> {
     a
 }
 
-/// `(d gate, d up)` from `d a`.
-pub(crate) fn backward(gate: &[f32], up: &[f32], da: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let mut dg = vec![0.0; gate.len()];
-    let mut du = vec![0.0; gate.len()];
+/// `d gate|up` from `d a`, transposed as the decoder keeps them: `gate_up_t` is
+/// `[2·inter, tokens]` (the gate rows, then the up rows), `da_t` `[inter, tokens]`, the result
+/// `gate_up_t`'s shape. Element-wise over the gate and up halves.
+pub(crate) fn backward(gate_up_t: &[f32], da_t: &[f32]) -> Vec<f32> {
+    let (gate, up) = gate_up_t.split_at(gate_up_t.len() / 2);
+    let mut d_gate_up = vec![0.0; gate_up_t.len()];
+    let (dg, du) = d_gate_up.split_at_mut(gate.len());
     dg.par_chunks_mut(CHUNK)
         .zip(du.par_chunks_mut(CHUNK))
         .zip(
             gate.par_chunks(CHUNK)
                 .zip(up.par_chunks(CHUNK))
-                .zip(da.par_chunks(CHUNK)),
+                .zip(da_t.par_chunks(CHUNK)),
         )
         .for_each(|((dg, du), ((g, u), da))| {
-            for ((((dg, du), &g), &u), &da) in
-                dg.iter_mut().zip(du.iter_mut()).zip(g).zip(u).zip(da)
-            {
-                let s = sigmoid(g);
-                *dg = da * u * s * (1.0 + g * (1.0 - s));
-                *du = da * g * s;
-            }
+            // Indexed over slices of one length: a zip of five iterators does not vectorise
+            // (4× slower, measured).
+            let n = dg.len();
+            let (du, g, u, da) = (&mut du[..n], &g[..n], &u[..n], &da[..n]);
+            widest(|| {
+                for i in 0..n {
+                    let s = sigmoid(g[i]);
+                    dg[i] = da[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
+                    du[i] = da[i] * g[i] * s;
+                }
+            });
         });
-    (dg, du)
+    d_gate_up
 }
 
 #[cfg(test)]
@@ -55,16 +64,16 @@ mod tests {
 
     #[test]
     fn backward_matches_finite_differences() {
-        let (g, u, w) = (random(10, 6), random(10, 7), random(10, 8));
-        let loss = |g: &[f32], u: &[f32]| -> f64 {
-            forward(g, u)
+        // Five units of two tokens: the gate rows, then the up rows.
+        let (gate_up_t, w) = (random(20, 6), random(10, 8));
+        let loss = |gu: &[f32]| -> f64 {
+            let (gate, up) = gu.split_at(10);
+            forward(gate, up)
                 .iter()
                 .zip(&w)
                 .map(|(a, b)| f64::from(a * b))
                 .sum()
         };
-        let (dg, du) = backward(&g, &u, &w);
-        check_gradient(&g, &dg, |g| loss(g, &u));
-        check_gradient(&u, &du, |u| loss(&g, u));
+        check_gradient(&gate_up_t, &backward(&gate_up_t, &w), loss);
     }
 }

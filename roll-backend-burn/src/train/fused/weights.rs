@@ -5,28 +5,85 @@
 
 use super::attention::Heads;
 use super::head::Head;
-use super::mm::{Mat, PackedB};
+use super::mm::{self, Init, Mat, OutputGrad, PackedA, PackedB};
 use crate::engine::cpu::CpuDecoder;
 use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, PipelineStage, TensorShard};
 use crate::{BackendError, Result};
 use burn::module::{Param, ParamId};
 use burn::nn::{Linear, RmsNorm};
 use burn::tensor::Tensor;
+use std::sync::OnceLock;
 
-/// A GEMM weight `W` `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`), held as the backward
-/// reads it: `Wᵀ` packed for the input gradient `dY·Wᵀ`. With a LoRA adapter, `W` is the effective
+/// One GEMM weight `W` `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`) of a
+/// [`Projection`]: its id, shape, bias and adapter. With a LoRA adapter, `W` is the effective
 /// `W + scale·A·B` the forward multiplies by.
 #[derive(Debug, Clone)]
 pub(crate) struct Matrix {
     pub id: ParamId,
     /// `[d_in, d_out]`.
     pub dims: [usize; 2],
-    /// `Wᵀ`, packed as the right operand of `dY·Wᵀ`.
-    pub weight_t: PackedB,
     pub bias: Option<Vector>,
     /// Whether `W` itself trains (not under LoRA, whose base is frozen).
     pub trains: bool,
     pub adapter: Option<Adapter>,
+}
+
+/// One product of the forward: a linear layer, or several that read the same input side by side
+/// (`q|k|v`, `gate|up`), as the CPU decoder multiplies them. Their output gradients sit side by
+/// side in one `dY` (`[tokens, Σ d_out]`), so the backward runs one GEMM for the weights'
+/// gradients (`Xᵀ·dY`, split by columns) and one for the input's (`dY·Wᵀ`, every part's sum in
+/// one chain) instead of one pair per part.
+#[derive(Debug, Clone)]
+pub(crate) struct Projection {
+    /// The parts, in their column order.
+    pub parts: Vec<Matrix>,
+    /// `Wᵀ` of the parts stacked (`[Σ d_out, d_in]`), packed as the right operand of `dY·Wᵀ`.
+    pub weight_t: PackedB,
+    /// `W` packed as the left operand of `W·dYᵀ` (the input's gradient transposed), from
+    /// `weight_t` when first needed.
+    weight: OnceLock<PackedA>,
+}
+
+impl Projection {
+    /// The projection of `parts` (one input width) with their weights `ws` (`[d_in, d_out]`).
+    fn new(parts: Vec<Matrix>, ws: &[Mat]) -> Self {
+        let d_in = ws.first().map_or(0, |w| w.rows);
+        let width: usize = ws.iter().map(|w| w.cols).sum();
+        // `[d_in, Σ d_out]`: each row the parts' rows end to end.
+        let mut stacked = Vec::with_capacity(d_in * width);
+        for r in 0..d_in {
+            for w in ws {
+                stacked.extend_from_slice(&w.values[r * w.cols..(r + 1) * w.cols]);
+            }
+        }
+        Self {
+            parts,
+            weight_t: PackedB::new(Mat::new(stacked, d_in, width).view().t()),
+            weight: OnceLock::new(),
+        }
+    }
+
+    /// The input's gradient `dY·Wᵀ`, per token (`[tokens, d_in]`).
+    pub(crate) fn input_grad(&self, dy: OutputGrad<'_>) -> Vec<f32> {
+        mm::mul_packed(dy.view(), &self.weight_t)
+    }
+
+    /// The input's gradient transposed, `W·dYᵀ` (`[d_in, tokens]`): the layout of the
+    /// activations the forward kept, for a backward that goes on element-wise against them.
+    pub(crate) fn input_grad_t(&self, dy: OutputGrad<'_>) -> Vec<f32> {
+        let w = self
+            .weight
+            .get_or_init(|| PackedA::transposed_from(&self.weight_t));
+        let dy_t = PackedB::new(dy.view().t());
+        let mut dx_t = vec![0.0; w.m() * dy.tokens()];
+        mm::matmul_packed(&mut dx_t, w, &dy_t, Init::Overwrite);
+        dx_t
+    }
+
+    /// `Σ d_out`: the width of its output (and of `dY`).
+    pub(crate) fn width(&self) -> usize {
+        self.parts.iter().map(|m| m.dims[1]).sum()
+    }
 }
 
 /// A LoRA adapter `W + scale·A·B` (`A`: `[d_in, r]`, `B`: `[r, d_out]`). From the effective
@@ -53,16 +110,15 @@ pub(crate) struct Vector {
 #[derive(Debug, Clone)]
 pub(crate) struct Layer {
     pub input_norm: Vector,
-    pub q: Matrix,
-    pub k: Matrix,
-    pub v: Matrix,
+    /// `q|k|v`.
+    pub qkv: Projection,
     /// Qwen3's per-head RMSNorm gains of queries and keys.
     pub qk_norm: Option<(Vector, Vector)>,
-    pub o: Matrix,
+    pub o: Projection,
     pub post_norm: Vector,
-    pub gate: Matrix,
-    pub up: Matrix,
-    pub down: Matrix,
+    /// `gate|up`.
+    pub gate_up: Projection,
+    pub down: Projection,
 }
 
 /// Every parameter of the model.
@@ -122,12 +178,12 @@ fn trains<const D: usize>(p: &Param<Tensor<D>>) -> bool {
     Tensor::is_require_grad(&**p)
 }
 
-fn matrix(l: &Linear, name: &str) -> Result<Matrix> {
+/// The part of a [`Projection`] that `l` is, and its (effective) weight.
+fn matrix(l: &Linear, name: &str) -> Result<(Matrix, Mat)> {
     let w = mat(&l.weight, name)?;
-    Ok(Matrix {
+    let m = Matrix {
         id: l.weight.id,
         dims: w.dims(),
-        weight_t: PackedB::new(w.view().t()),
         trains: trains(&l.weight),
         adapter: l
             .weight
@@ -147,7 +203,19 @@ fn matrix(l: &Linear, name: &str) -> Result<Matrix> {
             .as_ref()
             .map(|b| vector(b, &format!("{name}.bias")))
             .transpose()?,
-    })
+    };
+    Ok((m, w))
+}
+
+/// The projection of `layers` side by side, each named by its `(layer, name)`.
+fn projection(layers: &[(&Linear, String)]) -> Result<Projection> {
+    let (parts, ws): (Vec<_>, Vec<_>) = layers
+        .iter()
+        .map(|(l, name)| matrix(l, name))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    Ok(Projection::new(parts, &ws))
 }
 
 fn norm(n: &RmsNorm, name: &str) -> Result<Vector> {
@@ -166,25 +234,32 @@ fn layer(attn: &Attention, mlp: &Mlp, input: &RmsNorm, post: &RmsNorm, i: usize)
             )));
         }
     };
-    let mlp_matrix = |l: &Linear, s: &str| -> Result<Matrix> {
+    for (l, s) in [
+        (&mlp.gate_proj, "gate_proj"),
+        (&mlp.up_proj, "up_proj"),
+        (&mlp.down_proj, "down_proj"),
+    ] {
         if l.bias.is_some() {
             return Err(BackendError::UnsupportedByDecoder {
                 what: format!("{}: MLP biases", name(s)),
             });
         }
-        matrix(l, &name(s))
-    };
+    }
     Ok(Layer {
         input_norm: norm(input, &name("input_layernorm"))?,
-        q: matrix(&attn.q_proj, &name("q_proj"))?,
-        k: matrix(&attn.k_proj, &name("k_proj"))?,
-        v: matrix(&attn.v_proj, &name("v_proj"))?,
+        qkv: projection(&[
+            (&attn.q_proj, name("q_proj")),
+            (&attn.k_proj, name("k_proj")),
+            (&attn.v_proj, name("v_proj")),
+        ])?,
         qk_norm,
-        o: matrix(&attn.o_proj, &name("o_proj"))?,
+        o: projection(&[(&attn.o_proj, name("o_proj"))])?,
         post_norm: norm(post, &name("post_attention_layernorm"))?,
-        gate: mlp_matrix(&mlp.gate_proj, "gate_proj")?,
-        up: mlp_matrix(&mlp.up_proj, "up_proj")?,
-        down: mlp_matrix(&mlp.down_proj, "down_proj")?,
+        gate_up: projection(&[
+            (&mlp.gate_proj, name("gate_proj")),
+            (&mlp.up_proj, name("up_proj")),
+        ])?,
+        down: projection(&[(&mlp.down_proj, name("down_proj"))])?,
     })
 }
 

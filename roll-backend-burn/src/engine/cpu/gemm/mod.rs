@@ -43,6 +43,8 @@ const KC: usize = 512;
 /// Pieces of `C` per rayon thread: more pieces than threads let work stealing even out a thread
 /// that falls behind (on a shared host, one often does).
 const CHUNKS_PER_THREAD: usize = 4;
+/// Steps of a panel of `B` packed together from a column-contiguous `B` (4 KiB of the panel).
+const PACK_STEPS: usize = 64;
 /// Multiply-adds below which a product runs on the calling thread alone.
 const PARALLEL_WORK: usize = 1 << 18;
 
@@ -77,6 +79,26 @@ impl<'a> MatRef<'a> {
             cols: self.rows,
             row_stride: self.col_stride,
             col_stride: self.row_stride,
+        }
+    }
+
+    /// The columns `range` of it (no copy).
+    ///
+    /// # Panics
+    /// If `range` reaches past its last column.
+    pub fn columns(self, range: Range<usize>) -> Self {
+        assert!(
+            range.start <= range.end && range.end <= self.cols,
+            "columns {range:?} of a matrix with {} columns",
+            self.cols
+        );
+        Self {
+            data: self
+                .data
+                .get(range.start * self.col_stride..)
+                .unwrap_or(&[]),
+            cols: range.len(),
+            ..self
         }
     }
 
@@ -122,10 +144,16 @@ impl PackedB {
                     }
                 }
             } else {
-                for j in 0..width {
-                    let column = (j0 + j) * b.col_stride;
-                    for (kk, step) in panel.chunks_exact_mut(NR).enumerate() {
-                        step[j] = flushed(b.data[column + kk * b.row_stride]);
+                // Down each column, a block of steps at a time: the panel's rows being written
+                // stay in L1 while the `NR` columns are read (a whole panel of a long `k` does
+                // not fit there).
+                for k0 in (0..k).step_by(PACK_STEPS) {
+                    let block = &mut panel[k0 * NR..(k0 + PACK_STEPS).min(k) * NR];
+                    for j in 0..width {
+                        let column = (j0 + j) * b.col_stride + k0 * b.row_stride;
+                        for (kk, step) in block.chunks_exact_mut(NR).enumerate() {
+                            step[j] = flushed(b.data[column + kk * b.row_stride]);
+                        }
                     }
                 }
             }
