@@ -20,14 +20,16 @@
 //! their format (and ones written by Burn's optimiser load).
 
 use super::config::TrainerConfig;
+use crate::engine::cpu::widest;
 use burn::optim::{AdamWState, AdaptiveMomentumState, LearningRate, ModuleOptimizer, Optimizer};
 use burn::tensor::{DType, Device, Shape, Tensor, TensorData};
 use rayon::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Elements per parallel chunk: large enough that a chunk outweighs rayon's scheduling.
-const CHUNK: usize = 1 << 14;
+/// Elements per parallel chunk: large enough that a chunk outweighs rayon's scheduling (the
+/// vectorised update takes well under a microsecond per thousand elements).
+const CHUNK: usize = 1 << 16;
 
 /// The factor every gradient is multiplied by in the next update (the global-norm clip
 /// coefficient, or 1), shared between the trainer that computes it and the optimiser that applies
@@ -136,11 +138,13 @@ impl Constants {
         ]
     }
 
-    /// One element: returns the new `(p, m, v)`.
-    #[inline]
-    fn update(&self, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
-        let g = if self.scale == 1.0 { g } else { g * self.scale };
-        let (m, v) = if self.first {
+    /// One element: returns the new `(p, m, v)`. `first` is [`Constants::first`], a
+    /// constant of the loop that calls it (so that the loop has no branch and vectorises); a
+    /// scale or decay of 1 multiplies, which changes no bit, where Burn skips the op.
+    #[inline(always)]
+    fn update(&self, first: bool, decay: f32, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
+        let g = g * self.scale;
+        let (m, v) = if first {
             (g * self.factor_1, (g * g) * self.factor_2)
         } else {
             (
@@ -149,11 +153,30 @@ impl Constants {
             )
         };
         let delta = (m / self.correction_1) / ((v / self.correction_2).sqrt() + self.epsilon);
-        let p = match self.decay {
-            Some(d) => p * d,
-            None => p,
-        };
-        (p - delta * self.lr, m, v)
+        (p * decay - delta * self.lr, m, v)
+    }
+
+    /// Updates `p`, `m` and `v` in place from `g` (four slices of one length), with the widest
+    /// vectors the CPU has: the update is element-wise and its square root and divisions exact,
+    /// so the width changes no bit.
+    fn apply(&self, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+        let n = p.len();
+        // Indexed over slices of one length: a zip of four iterators does not vectorise.
+        let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
+        let decay = self.decay.unwrap_or(1.0);
+        if self.first {
+            widest(|| {
+                for i in 0..n {
+                    (p[i], m[i], v[i]) = self.update(true, decay, p[i], g[i], m[i], v[i]);
+                }
+            });
+        } else {
+            widest(|| {
+                for i in 0..n {
+                    (p[i], m[i], v[i]) = self.update(false, decay, p[i], g[i], m[i], v[i]);
+                }
+            });
+        }
     }
 }
 
@@ -224,11 +247,7 @@ impl Optimizer for FusedAdamW {
             .zip(m.par_chunks_mut(CHUNK))
             .zip(v.par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK))
-            .for_each(|(((p, m), v), g)| {
-                for (((p, m), v), &g) in p.iter_mut().zip(m).zip(v).zip(g) {
-                    (*p, *m, *v) = c.update(*p, g, *m, *v);
-                }
-            });
+            .for_each(|(((p, m), v), g)| c.apply(p, m, v, g));
         let state = AdamWState {
             momentum: AdaptiveMomentumState {
                 time,
