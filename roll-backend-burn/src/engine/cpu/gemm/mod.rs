@@ -463,6 +463,14 @@ fn run(chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, init: Init) {
     drive(Portable, chunk, a, b, init);
 }
 
+thread_local! {
+    /// This thread's buffer for the blocks of a strided `A` it packs, kept from one product to
+    /// the next (at most `MC × KC` floats, 192 KiB): a fresh one per product was a page fault per
+    /// 4 KiB and a `memset`. Its stale values are harmless: [`pack_a`] writes every row a tile
+    /// reads, and a partial panel's tile reads only its own rows.
+    static A_BLOCK: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// What [`drive`] takes besides the kernel, carried into a `vectorize` call.
 struct Args<'a, 'c>(Chunk<'c>, Left<'a>, &'a PackedB, Init);
 
@@ -478,7 +486,14 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, in
     let col0 = panels.start * NR;
     let mut own_a = match a {
         Left::Packed(_) => Vec::new(),
-        Left::Strided(_) => vec![0.0f32; block_len(rows.len(), k)],
+        Left::Strided(_) => {
+            let mut block = A_BLOCK.take();
+            let len = block_len(rows.len(), k);
+            if block.len() < len {
+                block.resize(len, 0.0);
+            }
+            block
+        }
     };
     for i0 in rows.clone().step_by(MC) {
         let i1 = (i0 + MC).min(rows.end);
@@ -541,6 +556,9 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, in
                 p += if pair { 2 } else { 1 };
             }
         }
+    }
+    if !own_a.is_empty() {
+        A_BLOCK.set(own_a);
     }
 }
 
