@@ -5,7 +5,7 @@
 
 use super::attention::Heads;
 use super::head::Head;
-use super::mm::{self, Init, Mat, OutputGrad, PackedA, PackedB};
+use super::mm::{self, Init, Mat, MatRef, OutputGrad, PackedA, PackedB};
 use crate::engine::cpu::CpuDecoder;
 use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, PipelineStage, TensorShard};
 use crate::{BackendError, Result};
@@ -15,13 +15,18 @@ use burn::tensor::Tensor;
 use std::sync::OnceLock;
 
 /// One GEMM weight `W` `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`) of a
-/// [`Projection`]: its id, shape, bias and adapter. With a LoRA adapter, `W` is the effective
+/// [`Projection`], held as the backward reads it. With a LoRA adapter, `W` is the effective
 /// `W + scale·A·B` the forward multiplies by.
 #[derive(Debug, Clone)]
 pub(crate) struct Matrix {
     pub id: ParamId,
     /// `[d_in, d_out]`.
     pub dims: [usize; 2],
+    /// `Wᵀ`, packed as the right operand of `dY·Wᵀ`.
+    pub weight_t: PackedB,
+    /// `W` packed as the left operand of `W·dYᵀ` (the input's gradient transposed), from
+    /// `weight_t` when first needed.
+    weight: OnceLock<PackedA>,
     pub bias: Option<Vector>,
     /// Whether `W` itself trains (not under LoRA, whose base is frozen).
     pub trains: bool,
@@ -30,54 +35,55 @@ pub(crate) struct Matrix {
 
 /// One product of the forward: a linear layer, or several that read the same input side by side
 /// (`q|k|v`, `gate|up`), as the CPU decoder multiplies them. Their output gradients sit side by
-/// side in one `dY` (`[tokens, Σ d_out]`), so the backward runs one GEMM for the weights'
-/// gradients (`Xᵀ·dY`, split by columns) and one for the input's (`dY·Wᵀ`, every part's sum in
-/// one chain) instead of one pair per part.
+/// side in one `dY` (`[tokens, Σ d_out]`), so the backward runs one GEMM for all their weights'
+/// gradients (`Xᵀ·dY`, split by columns: each element the same chain over the tokens as a GEMM
+/// per part). The input's gradient stays one product per part, added in order: one chain over
+/// every part would round differently from the path the tests and the main job were measured
+/// on, and the demo's SFT stage turns any such change into a different run.
 #[derive(Debug, Clone)]
 pub(crate) struct Projection {
     /// The parts, in their column order.
     pub parts: Vec<Matrix>,
-    /// `Wᵀ` of the parts stacked (`[Σ d_out, d_in]`), packed as the right operand of `dY·Wᵀ`.
-    pub weight_t: PackedB,
-    /// `W` packed as the left operand of `W·dYᵀ` (the input's gradient transposed), from
-    /// `weight_t` when first needed.
-    weight: OnceLock<PackedA>,
 }
 
 impl Projection {
-    /// The projection of `parts` (one input width) with their weights `ws` (`[d_in, d_out]`).
-    fn new(parts: Vec<Matrix>, ws: &[Mat]) -> Self {
-        let d_in = ws.first().map_or(0, |w| w.rows);
-        let width: usize = ws.iter().map(|w| w.cols).sum();
-        // `[d_in, Σ d_out]`: each row the parts' rows end to end.
-        let mut stacked = Vec::with_capacity(d_in * width);
-        for r in 0..d_in {
-            for w in ws {
-                stacked.extend_from_slice(&w.values[r * w.cols..(r + 1) * w.cols]);
+    /// The input's gradient `Σ_parts dY_part·W_partᵀ`, per token (`[tokens, d_in]`).
+    pub(crate) fn input_grad(&self, dy: OutputGrad<'_>) -> Vec<f32> {
+        self.sum_over_parts(dy, |m, dy| mm::mul_packed(dy, &m.weight_t))
+    }
+
+    /// The input's gradient transposed, `Σ_parts W_part·dY_partᵀ` (`[d_in, tokens]`): the layout
+    /// of the activations the forward kept, for a backward that goes on element-wise against
+    /// them. Each element is the chain of [`Projection::input_grad`]'s, its factors swapped.
+    pub(crate) fn input_grad_t(&self, dy: OutputGrad<'_>) -> Vec<f32> {
+        self.sum_over_parts(dy, |m, dy| {
+            let w = m
+                .weight
+                .get_or_init(|| PackedA::transposed_from(&m.weight_t));
+            let dy_t = PackedB::new(dy.t());
+            let mut dx_t = vec![0.0; w.m() * dy.rows()];
+            mm::matmul_packed(&mut dx_t, w, &dy_t, Init::Overwrite);
+            dx_t
+        })
+    }
+
+    /// `product(part, its columns of dY)` of every part, added in order.
+    fn sum_over_parts(
+        &self,
+        dy: OutputGrad<'_>,
+        product: impl Fn(&Matrix, MatRef<'_>) -> Vec<f32>,
+    ) -> Vec<f32> {
+        let (view, mut at) = (dy.view(), 0);
+        let mut sum: Option<Vec<f32>> = None;
+        for m in &self.parts {
+            let part = product(m, view.columns(at..at + m.dims[1]));
+            at += m.dims[1];
+            match &mut sum {
+                Some(sum) => mm::add_in_place(sum, &part),
+                None => sum = Some(part),
             }
         }
-        Self {
-            parts,
-            weight_t: PackedB::new(Mat::new(stacked, d_in, width).view().t()),
-            weight: OnceLock::new(),
-        }
-    }
-
-    /// The input's gradient `dY·Wᵀ`, per token (`[tokens, d_in]`).
-    pub(crate) fn input_grad(&self, dy: OutputGrad<'_>) -> Vec<f32> {
-        mm::mul_packed(dy.view(), &self.weight_t)
-    }
-
-    /// The input's gradient transposed, `W·dYᵀ` (`[d_in, tokens]`): the layout of the
-    /// activations the forward kept, for a backward that goes on element-wise against them.
-    pub(crate) fn input_grad_t(&self, dy: OutputGrad<'_>) -> Vec<f32> {
-        let w = self
-            .weight
-            .get_or_init(|| PackedA::transposed_from(&self.weight_t));
-        let dy_t = PackedB::new(dy.view().t());
-        let mut dx_t = vec![0.0; w.m() * dy.tokens()];
-        mm::matmul_packed(&mut dx_t, w, &dy_t, Init::Overwrite);
-        dx_t
+        sum.unwrap_or_default()
     }
 
     /// `Σ d_out`: the width of its output (and of `dY`).
@@ -178,12 +184,14 @@ fn trains<const D: usize>(p: &Param<Tensor<D>>) -> bool {
     Tensor::is_require_grad(&**p)
 }
 
-/// The part of a [`Projection`] that `l` is, and its (effective) weight.
-fn matrix(l: &Linear, name: &str) -> Result<(Matrix, Mat)> {
+/// The part of a [`Projection`] that `l` is.
+fn matrix(l: &Linear, name: &str) -> Result<Matrix> {
     let w = mat(&l.weight, name)?;
-    let m = Matrix {
+    Ok(Matrix {
         id: l.weight.id,
         dims: w.dims(),
+        weight_t: PackedB::new(w.view().t()),
+        weight: OnceLock::new(),
         trains: trains(&l.weight),
         adapter: l
             .weight
@@ -203,19 +211,17 @@ fn matrix(l: &Linear, name: &str) -> Result<(Matrix, Mat)> {
             .as_ref()
             .map(|b| vector(b, &format!("{name}.bias")))
             .transpose()?,
-    };
-    Ok((m, w))
+    })
 }
 
 /// The projection of `layers` side by side, each named by its `(layer, name)`.
 fn projection(layers: &[(&Linear, String)]) -> Result<Projection> {
-    let (parts, ws): (Vec<_>, Vec<_>) = layers
-        .iter()
-        .map(|(l, name)| matrix(l, name))
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .unzip();
-    Ok(Projection::new(parts, &ws))
+    Ok(Projection {
+        parts: layers
+            .iter()
+            .map(|(l, name)| matrix(l, name))
+            .collect::<Result<Vec<_>>>()?,
+    })
 }
 
 fn norm(n: &RmsNorm, name: &str) -> Result<Vector> {
