@@ -49,6 +49,16 @@ pub(crate) fn add_mul(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>) {
     matmul(c, a, &PackedB::new(b), Init::Accumulate);
 }
 
+/// The columns `cols` of a row-major matrix of `width` columns, as a row-major matrix of their
+/// own.
+pub(crate) fn columns(values: &[f32], width: usize, cols: Range<usize>) -> Vec<f32> {
+    values
+        .chunks_exact(width)
+        .flat_map(|row| &row[cols.clone()])
+        .copied()
+        .collect()
+}
+
 /// The bias gradient: the sums over the tokens of `dy`'s columns `cols`, added to `into`.
 pub(crate) fn add_column_sums(into: &mut [f32], dy: OutputGrad<'_>, cols: Range<usize>) {
     match dy {

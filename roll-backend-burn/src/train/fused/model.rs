@@ -132,11 +132,8 @@ impl Recorder for Keeper<'_> {
             let (heads, kv_heads, d) =
                 (self.w.heads.heads, self.w.heads.kv_heads, self.w.heads.dim);
             let width = (heads + 2 * kv_heads) * d;
-            let (mut q, mut k) = (Vec::new(), Vec::new());
-            for row in qkv.chunks_exact(width) {
-                q.extend_from_slice(&row[..heads * d]);
-                k.extend_from_slice(&row[heads * d..(heads + kv_heads) * d]);
-            }
+            let q = mm::columns(qkv, width, 0..heads * d);
+            let k = mm::columns(qkv, width, heads * d..(heads + kv_heads) * d);
             // The backward needs only the reciprocal roots of the QK-norm's forward.
             let rq = norm::roots(&q, qn.values.len(), self.w.eps);
             let rk = norm::roots(&k, kn.values.len(), self.w.eps);
@@ -307,12 +304,7 @@ fn weight_gradients(x_t: &Mat, dy: OutputGrad<'_>, p: &Projection, sink: &mut Gr
                 let cols = at..at + m.dims[1];
                 at = cols.end;
                 if m.trains {
-                    let g = dw
-                        .chunks_exact(width)
-                        .flat_map(|row| &row[cols.clone()])
-                        .copied()
-                        .collect();
-                    sink.add_matrix(m.id, m.dims, g);
+                    sink.add_matrix(m.id, m.dims, mm::columns(&dw, width, cols));
                 }
             }
         }
@@ -472,13 +464,8 @@ pub(crate) fn backward_stage(
             // The QK-norm gains are shared by every head: a rank sums over its own heads only.
             let width = (heads + 2 * kv_heads) * d;
             let (q_cols, k_cols) = (0..heads * d, heads * d..(heads + kv_heads) * d);
-            let part = |cols: &std::ops::Range<usize>| -> Vec<f32> {
-                dqkv.chunks_exact(width)
-                    .flat_map(|row| &row[cols.clone()])
-                    .copied()
-                    .collect()
-            };
-            let (dq, dk) = (part(&q_cols), part(&k_cols));
+            let dq = mm::columns(&dqkv, width, q_cols.clone());
+            let dk = mm::columns(&dqkv, width, k_cols.clone());
             let mut dgq = vec![0.0; d];
             let dq = norm::backward(q_pre, rq, &qn.values, &dq, &mut dgq);
             sink.add_vector(qn, completed(dgq)?);
