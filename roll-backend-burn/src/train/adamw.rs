@@ -165,17 +165,23 @@ impl Constants {
         let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
         let decay = self.decay.unwrap_or(1.0);
         if self.first {
-            widest(|| {
-                for i in 0..n {
-                    (p[i], m[i], v[i]) = self.update(true, decay, p[i], g[i], m[i], v[i]);
-                }
-            });
+            widest(
+                #[inline(always)]
+                || {
+                    for i in 0..n {
+                        (p[i], m[i], v[i]) = self.update(true, decay, p[i], g[i], m[i], v[i]);
+                    }
+                },
+            );
         } else {
-            widest(|| {
-                for i in 0..n {
-                    (p[i], m[i], v[i]) = self.update(false, decay, p[i], g[i], m[i], v[i]);
-                }
-            });
+            widest(
+                #[inline(always)]
+                || {
+                    for i in 0..n {
+                        (p[i], m[i], v[i]) = self.update(false, decay, p[i], g[i], m[i], v[i]);
+                    }
+                },
+            );
         }
     }
 }

@@ -110,8 +110,9 @@ use weights::Weights;
 /// AVX2 + FMA (v3), else the build's baseline — for loops the compiler vectorises on its own.
 /// Only for code whose bits cannot depend on the vector width: element-wise work, sums kept in
 /// order (Rust does not reassociate floating-point sums or fuse a multiply and an add unless told
-/// to). `f`'s body must be inlined into it (`#[inline(always)]` on what it calls) for the
-/// instructions to apply.
+/// to). `f`'s body must be inlined into it for the instructions to apply: pass the closure as
+/// `widest(#[inline(always)] || ...)` and mark what it calls `#[inline(always)]` (without that,
+/// the inliner may keep the closure out of line, compiled for the baseline).
 #[inline(always)]
 pub(crate) fn widest<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]

@@ -16,11 +16,14 @@ pub(crate) fn silu_mul(gate_up_t: &[f32]) -> Vec<f32> {
     out.par_chunks_mut(CHUNK)
         .zip(gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK)))
         .for_each(|(out, (gate, up))| {
-            widest(|| {
-                for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                    *o = g / (1.0 + exp(-g)) * u;
-                }
-            });
+            widest(
+                #[inline(always)]
+                || {
+                    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                        *o = g / (1.0 + exp(-g)) * u;
+                    }
+                },
+            );
         });
     out
 }

@@ -56,29 +56,32 @@ pub(crate) fn backward(x: &[f32], r: &[f32], g: &[f32], dy: &[f32], dg: &mut [f3
         .zip(r.par_chunks(ROWS_PER_TASK))
         .map(|(((dx, x), dy), r)| {
             let mut dg = vec![0.0f32; n];
-            widest(|| {
-                for (((dx, x), dy), &r) in dx
-                    .chunks_exact_mut(n)
-                    .zip(x.chunks_exact(n))
-                    .zip(dy.chunks_exact(n))
-                    .zip(r)
-                {
-                    let mut ux = 0.0f32;
-                    for ((&x, &dy), &g) in x.iter().zip(dy).zip(g) {
-                        ux += g * dy * x;
-                    }
-                    let c = r * r * r * ux / n as f32;
-                    for (((dx, &x), &dy), (&g, dg)) in dx
-                        .iter_mut()
-                        .zip(x)
-                        .zip(dy)
-                        .zip(g.iter().zip(dg.iter_mut()))
+            widest(
+                #[inline(always)]
+                || {
+                    for (((dx, x), dy), &r) in dx
+                        .chunks_exact_mut(n)
+                        .zip(x.chunks_exact(n))
+                        .zip(dy.chunks_exact(n))
+                        .zip(r)
                     {
-                        *dx = r * g * dy - x * c;
-                        *dg += dy * x * r;
+                        let mut ux = 0.0f32;
+                        for ((&x, &dy), &g) in x.iter().zip(dy).zip(g) {
+                            ux += g * dy * x;
+                        }
+                        let c = r * r * r * ux / n as f32;
+                        for (((dx, &x), &dy), (&g, dg)) in dx
+                            .iter_mut()
+                            .zip(x)
+                            .zip(dy)
+                            .zip(g.iter().zip(dg.iter_mut()))
+                        {
+                            *dx = r * g * dy - x * c;
+                            *dg += dy * x * r;
+                        }
                     }
-                }
-            });
+                },
+            );
             dg
         })
         .collect();

@@ -46,13 +46,16 @@ pub(crate) fn backward(gate_up_t: &[f32], da_t: &[f32]) -> Vec<f32> {
             // (4× slower, measured).
             let n = dg.len();
             let (du, g, u, da) = (&mut du[..n], &g[..n], &u[..n], &da[..n]);
-            widest(|| {
-                for i in 0..n {
-                    let s = sigmoid(g[i]);
-                    dg[i] = da[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
-                    du[i] = da[i] * g[i] * s;
-                }
-            });
+            widest(
+                #[inline(always)]
+                || {
+                    for i in 0..n {
+                        let s = sigmoid(g[i]);
+                        dg[i] = da[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
+                        du[i] = da[i] * g[i] * s;
+                    }
+                },
+            );
         });
     d_gate_up
 }
