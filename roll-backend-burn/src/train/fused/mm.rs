@@ -70,7 +70,7 @@ pub(crate) fn add_column_sums(into: &mut [f32], dy: OutputGrad<'_>, cols: Range<
         OutputGrad::Cols { values, tokens } => {
             for (sum, row) in into
                 .iter_mut()
-                .zip(values.chunks_exact(tokens).skip(cols.start))
+                .zip(values.chunks_exact(tokens.max(1)).skip(cols.start))
             {
                 *sum += row.iter().sum::<f32>();
             }
@@ -104,5 +104,41 @@ impl<'a> OutputGrad<'a> {
                 MatRef::row_major(values, values.len() / tokens.max(1), tokens).t()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_sums_and_views_agree_in_both_layouts() {
+        // Three tokens, four columns; `cols` the middle two.
+        let rows = [
+            1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0,
+        ];
+        let cols_major = [
+            1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0, 7.0, 11.0, 4.0, 8.0, 12.0,
+        ];
+        let by_rows = OutputGrad::Rows {
+            values: &rows,
+            width: 4,
+        };
+        let by_cols = OutputGrad::Cols {
+            values: &cols_major,
+            tokens: 3,
+        };
+        for dy in [by_rows, by_cols] {
+            let mut sums = vec![0.5; 2];
+            add_column_sums(&mut sums, dy, 1..3);
+            assert_eq!(sums, [2.0 + 6.0 + 10.0 + 0.5, 3.0 + 7.0 + 11.0 + 0.5]);
+            assert_eq!(dy.tokens(), 3);
+            let product = mul(
+                dy.view().columns(1..3),
+                MatRef::row_major(&[1.0, 10.0], 2, 1),
+            );
+            assert_eq!(product, [32.0, 76.0, 120.0]);
+        }
+        assert_eq!(columns(&rows, 4, 1..3), [2.0, 3.0, 6.0, 7.0, 10.0, 11.0]);
     }
 }
