@@ -138,13 +138,20 @@ impl Constants {
         ]
     }
 
-    /// One element: returns the new `(p, m, v)`. `first` is [`Constants::first`], a
-    /// constant of the loop that calls it (so that the loop has no branch and vectorises); a
-    /// scale or decay of 1 multiplies, which changes no bit, where Burn skips the op.
+    /// One element: returns the new `(p, m, v)`. `FIRST` is [`Constants::first`], a constant of
+    /// the loop that calls it (so that the loop has no branch and vectorises); a scale or decay
+    /// of 1 multiplies, which changes no bit, where Burn skips the op.
     #[inline(always)]
-    fn update(&self, first: bool, decay: f32, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
+    fn update<const FIRST: bool>(
+        &self,
+        decay: f32,
+        p: f32,
+        g: f32,
+        m: f32,
+        v: f32,
+    ) -> (f32, f32, f32) {
         let g = g * self.scale;
-        let (m, v) = if first {
+        let (m, v) = if FIRST {
             (g * self.factor_1, (g * g) * self.factor_2)
         } else {
             (
@@ -160,29 +167,27 @@ impl Constants {
     /// vectors the CPU has: the update is element-wise and its square root and divisions exact,
     /// so the width changes no bit.
     fn apply(&self, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+        if self.first {
+            self.apply_all::<true>(p, m, v, g);
+        } else {
+            self.apply_all::<false>(p, m, v, g);
+        }
+    }
+
+    /// [`Constants::apply`] with the first step's branch resolved at compile time.
+    fn apply_all<const FIRST: bool>(&self, p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
         let n = p.len();
         // Indexed over slices of one length: a zip of four iterators does not vectorise.
         let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
         let decay = self.decay.unwrap_or(1.0);
-        if self.first {
-            widest(
-                #[inline(always)]
-                || {
-                    for i in 0..n {
-                        (p[i], m[i], v[i]) = self.update(true, decay, p[i], g[i], m[i], v[i]);
-                    }
-                },
-            );
-        } else {
-            widest(
-                #[inline(always)]
-                || {
-                    for i in 0..n {
-                        (p[i], m[i], v[i]) = self.update(false, decay, p[i], g[i], m[i], v[i]);
-                    }
-                },
-            );
-        }
+        widest(
+            #[inline(always)]
+            || {
+                for i in 0..n {
+                    (p[i], m[i], v[i]) = self.update::<FIRST>(decay, p[i], g[i], m[i], v[i]);
+                }
+            },
+        );
     }
 }
 
