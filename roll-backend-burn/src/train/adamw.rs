@@ -20,7 +20,7 @@
 //! their format (and ones written by Burn's optimiser load).
 
 use super::config::TrainerConfig;
-use crate::engine::cpu::widest;
+use crate::engine::cpu::vectorized;
 use burn::optim::{AdamWState, AdaptiveMomentumState, LearningRate, ModuleOptimizer, Optimizer};
 use burn::tensor::{DType, Device, Shape, Tensor, TensorData};
 use rayon::prelude::*;
@@ -180,14 +180,11 @@ impl Constants {
         // Indexed over slices of one length: a zip of four iterators does not vectorise.
         let (m, v, g) = (&mut m[..n], &mut v[..n], &g[..n]);
         let decay = self.decay.unwrap_or(1.0);
-        widest(
-            #[inline(always)]
-            || {
-                for i in 0..n {
-                    (p[i], m[i], v[i]) = self.update::<FIRST>(decay, p[i], g[i], m[i], v[i]);
-                }
-            },
-        );
+        vectorized!(|| {
+            for i in 0..n {
+                (p[i], m[i], v[i]) = self.update::<FIRST>(decay, p[i], g[i], m[i], v[i]);
+            }
+        });
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::cache::BLOCK_TOKENS;
 use super::exp::exp;
+use super::vectorized;
 
 /// Head counts and widths of one attention layer.
 #[derive(Debug, Clone, Copy)]
@@ -42,91 +43,88 @@ pub(crate) fn attend(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    // The body inlined into `widest`'s instantiation, so it compiles with its instructions.
-    super::widest(
-        #[inline(always)]
-        || {
-            const B: usize = BLOCK_TOKENS;
-            let HeadShape {
-                heads,
-                kv_heads,
-                head_dim: d,
-            } = shape;
-            let group = heads / kv_heads;
-            let scale = (d as f32).powf(-0.5);
-            let n_blocks = len.div_ceil(B);
-            let blocks = &blocks[..n_blocks];
-            // Scores `[heads, stride]` of a whole number of blocks; slots past `len` are never read.
-            let stride = n_blocks * B;
-            scores.clear();
-            scores.resize(heads * stride, 0.0);
-            // Blocks outer, heads inner: a block's keys (then values) of all heads are one contiguous
-            // `kv_heads · 16 · head_dim` run, read front to back.
-            for (b, &block) in blocks.iter().enumerate() {
-                let base = block as usize * kv_heads * d * B;
-                let tiles = k_pool[base..base + kv_heads * d * B].chunks_exact(d * B);
-                for (g, kt) in tiles.enumerate() {
-                    for r in 0..group {
-                        let j = g * group + r;
-                        let mut acc = [0.0f32; B];
-                        for (qi, krow) in q[j * d..(j + 1) * d].iter().zip(kt.chunks_exact(B)) {
-                            for (a, k) in acc.iter_mut().zip(krow) {
-                                *a += qi * k;
-                            }
+    // Compiled with the widest vector instructions the CPU has (see `vectorized!`).
+    vectorized!(|| {
+        const B: usize = BLOCK_TOKENS;
+        let HeadShape {
+            heads,
+            kv_heads,
+            head_dim: d,
+        } = shape;
+        let group = heads / kv_heads;
+        let scale = (d as f32).powf(-0.5);
+        let n_blocks = len.div_ceil(B);
+        let blocks = &blocks[..n_blocks];
+        // Scores `[heads, stride]` of a whole number of blocks; slots past `len` are never read.
+        let stride = n_blocks * B;
+        scores.clear();
+        scores.resize(heads * stride, 0.0);
+        // Blocks outer, heads inner: a block's keys (then values) of all heads are one contiguous
+        // `kv_heads · 16 · head_dim` run, read front to back.
+        for (b, &block) in blocks.iter().enumerate() {
+            let base = block as usize * kv_heads * d * B;
+            let tiles = k_pool[base..base + kv_heads * d * B].chunks_exact(d * B);
+            for (g, kt) in tiles.enumerate() {
+                for r in 0..group {
+                    let j = g * group + r;
+                    let mut acc = [0.0f32; B];
+                    for (qi, krow) in q[j * d..(j + 1) * d].iter().zip(kt.chunks_exact(B)) {
+                        for (a, k) in acc.iter_mut().zip(krow) {
+                            *a += qi * k;
                         }
-                        let s = &mut scores[j * stride + b * B..j * stride + (b + 1) * B];
-                        for (s, a) in s.iter_mut().zip(acc) {
-                            *s = a * scale;
-                        }
+                    }
+                    let s = &mut scores[j * stride + b * B..j * stride + (b + 1) * B];
+                    for (s, a) in s.iter_mut().zip(acc) {
+                        *s = a * scale;
                     }
                 }
             }
-            for s in scores.chunks_exact_mut(stride) {
-                let s = &mut s[..len];
-                let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                for x in s.iter_mut() {
-                    *x = exp(*x - max);
-                }
-                let sum = s.iter().fold(0.0f32, |a, &x| a + x);
-                for x in s.iter_mut() {
-                    *x /= sum;
-                }
+        }
+        for s in scores.chunks_exact_mut(stride) {
+            let s = &mut s[..len];
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            for x in s.iter_mut() {
+                *x = exp(*x - max);
             }
-            out.fill(0.0);
-            for (b, &block) in blocks.iter().enumerate() {
-                let valid = B.min(len - b * B);
-                let base = block as usize * kv_heads * B * d;
-                let tiles = v_pool[base..base + kv_heads * B * d].chunks_exact(B * d);
-                for (g, vt) in tiles.enumerate() {
-                    let vb = &vt[..valid * d];
-                    for r in 0..group {
-                        let j = g * group + r;
-                        let w = &scores[j * stride + b * B..j * stride + b * B + valid];
-                        let or = &mut out[j * d..(j + 1) * d];
-                        // Eight output elements at a time stay in registers across the block's positions.
-                        let mut chunks = or.chunks_exact_mut(8);
-                        for (c, oc) in (&mut chunks).enumerate() {
-                            let mut acc = [0.0f32; 8];
-                            acc.copy_from_slice(oc);
-                            for (wp, vrow) in w.iter().zip(vb.chunks_exact(d)) {
-                                for (a, v) in acc.iter_mut().zip(&vrow[c * 8..c * 8 + 8]) {
-                                    *a += wp * v;
-                                }
-                            }
-                            oc.copy_from_slice(&acc);
-                        }
-                        let tail = chunks.into_remainder();
-                        let t0 = d - tail.len();
+            let sum = s.iter().fold(0.0f32, |a, &x| a + x);
+            for x in s.iter_mut() {
+                *x /= sum;
+            }
+        }
+        out.fill(0.0);
+        for (b, &block) in blocks.iter().enumerate() {
+            let valid = B.min(len - b * B);
+            let base = block as usize * kv_heads * B * d;
+            let tiles = v_pool[base..base + kv_heads * B * d].chunks_exact(B * d);
+            for (g, vt) in tiles.enumerate() {
+                let vb = &vt[..valid * d];
+                for r in 0..group {
+                    let j = g * group + r;
+                    let w = &scores[j * stride + b * B..j * stride + b * B + valid];
+                    let or = &mut out[j * d..(j + 1) * d];
+                    // Eight output elements at a time stay in registers across the block's positions.
+                    let mut chunks = or.chunks_exact_mut(8);
+                    for (c, oc) in (&mut chunks).enumerate() {
+                        let mut acc = [0.0f32; 8];
+                        acc.copy_from_slice(oc);
                         for (wp, vrow) in w.iter().zip(vb.chunks_exact(d)) {
-                            for (a, v) in tail.iter_mut().zip(&vrow[t0..]) {
+                            for (a, v) in acc.iter_mut().zip(&vrow[c * 8..c * 8 + 8]) {
                                 *a += wp * v;
                             }
                         }
+                        oc.copy_from_slice(&acc);
+                    }
+                    let tail = chunks.into_remainder();
+                    let t0 = d - tail.len();
+                    for (wp, vrow) in w.iter().zip(vb.chunks_exact(d)) {
+                        for (a, v) in tail.iter_mut().zip(&vrow[t0..]) {
+                            *a += wp * v;
+                        }
                     }
                 }
             }
-        },
-    )
+        }
+    })
 }
 
 #[cfg(test)]

@@ -110,9 +110,9 @@ use weights::Weights;
 /// AVX2 + FMA (v3), else the build's baseline — for loops the compiler vectorises on its own.
 /// Only for code whose bits cannot depend on the vector width: element-wise work, sums kept in
 /// order (Rust does not reassociate floating-point sums or fuse a multiply and an add unless told
-/// to). `f`'s body must be inlined into it for the instructions to apply: pass the closure as
-/// `widest(#[inline(always)] || ...)` and mark what it calls `#[inline(always)]` (without that,
-/// the inliner may keep the closure out of line, compiled for the baseline).
+/// to). `f`'s body must be inlined into it for the instructions to apply: call it through
+/// [`vectorized!`], which marks the closure `#[inline(always)]` (a closure the inliner keeps out
+/// of line is compiled for the baseline), and mark what the closure calls `#[inline(always)]`.
 #[inline(always)]
 pub(crate) fn widest<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
@@ -126,6 +126,18 @@ pub(crate) fn widest<R>(f: impl FnOnce() -> R) -> R {
     }
     f()
 }
+
+/// `widest(closure)` with the closure inlined into [`widest`]'s instantiations, so that its loops
+/// compile with their instructions: `vectorized!(|| { ... })`.
+macro_rules! vectorized {
+    ($closure:expr $(,)?) => {
+        $crate::engine::cpu::widest(
+            #[inline(always)]
+            $closure,
+        )
+    };
+}
+pub(crate) use vectorized;
 
 /// Tokens per forward call of [`CpuDecoder::score`]; bounds its live activations. Small enough
 /// that a layer's activations stay in cache and are allocated from the heap rather than mapped
@@ -476,10 +488,10 @@ impl CpuDecoder {
     ///
     /// Each sequence is prefilled into a temporary [`CpuCache`], the LM head running only at the
     /// positions that predict response tokens. Sequences are packed, in request order, into
-    /// forward calls of at most 512 tokens ([`SCORE_TOKENS`]; a longer sequence is prefilled in pieces across
+    /// forward calls of at most 512 tokens (a longer sequence is prefilled in pieces across
     /// calls), and the LM head runs on 256 positions at a time, which bounds the live logits to
-    /// `256 × vocab` floats. Results are batch-invariant:
-    /// a sequence's scores are bit-identical whatever else the request holds.
+    /// `256 × vocab` floats. Results are batch-invariant: a sequence's scores are bit-identical
+    /// whatever else the request holds.
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] for a sequence with a response but an empty prompt,

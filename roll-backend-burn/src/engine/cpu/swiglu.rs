@@ -1,7 +1,7 @@
 //! The SwiGLU product `silu(gate) · up` of the MLP.
 
 use super::exp::exp;
-use super::widest;
+use super::vectorized;
 use rayon::prelude::*;
 
 /// Elements per rayon task: a few pages, enough to outweigh the task's scheduling.
@@ -16,14 +16,11 @@ pub(crate) fn silu_mul(gate_up_t: &[f32]) -> Vec<f32> {
     out.par_chunks_mut(CHUNK)
         .zip(gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK)))
         .for_each(|(out, (gate, up))| {
-            widest(
-                #[inline(always)]
-                || {
-                    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                        *o = g / (1.0 + exp(-g)) * u;
-                    }
-                },
-            );
+            vectorized!(|| {
+                for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                    *o = g / (1.0 + exp(-g)) * u;
+                }
+            });
         });
     out
 }

@@ -3,7 +3,7 @@
 //! `y = g ⊙ x·r` with `r = (mean(x²) + ε)^(-1/2)`, HF's arithmetic (multiply by the reciprocal).
 //! With `u = g ⊙ dy`: `dx = r·u − x·r³·(u·x)/n` and `dg = Σ_rows dy ⊙ x·r`.
 
-use crate::engine::cpu::widest;
+use crate::engine::cpu::vectorized;
 use rayon::prelude::*;
 
 /// Rows per rayon task of the row-wise kernels.
@@ -56,32 +56,29 @@ pub(crate) fn backward(x: &[f32], r: &[f32], g: &[f32], dy: &[f32], dg: &mut [f3
         .zip(r.par_chunks(ROWS_PER_TASK))
         .map(|(((dx, x), dy), r)| {
             let mut dg = vec![0.0f32; n];
-            widest(
-                #[inline(always)]
-                || {
-                    for (((dx, x), dy), &r) in dx
-                        .chunks_exact_mut(n)
-                        .zip(x.chunks_exact(n))
-                        .zip(dy.chunks_exact(n))
-                        .zip(r)
-                    {
-                        let mut ux = 0.0f32;
-                        for ((&x, &dy), &g) in x.iter().zip(dy).zip(g) {
-                            ux += g * dy * x;
-                        }
-                        let c = r * r * r * ux / n as f32;
-                        for (((dx, &x), &dy), (&g, dg)) in dx
-                            .iter_mut()
-                            .zip(x)
-                            .zip(dy)
-                            .zip(g.iter().zip(dg.iter_mut()))
-                        {
-                            *dx = r * g * dy - x * c;
-                            *dg += dy * x * r;
-                        }
+            vectorized!(|| {
+                for (((dx, x), dy), &r) in dx
+                    .chunks_exact_mut(n)
+                    .zip(x.chunks_exact(n))
+                    .zip(dy.chunks_exact(n))
+                    .zip(r)
+                {
+                    let mut ux = 0.0f32;
+                    for ((&x, &dy), &g) in x.iter().zip(dy).zip(g) {
+                        ux += g * dy * x;
                     }
-                },
-            );
+                    let c = r * r * r * ux / n as f32;
+                    for (((dx, &x), &dy), (&g, dg)) in dx
+                        .iter_mut()
+                        .zip(x)
+                        .zip(dy)
+                        .zip(g.iter().zip(dg.iter_mut()))
+                    {
+                        *dx = r * g * dy - x * c;
+                        *dg += dy * x * r;
+                    }
+                }
+            });
             dg
         })
         .collect();

@@ -2,7 +2,7 @@
 //! `dg = da ⊙ u ⊙ σ(g)·(1 + g·(1 − σ(g)))`, `du = da ⊙ silu(g)`.
 
 use crate::engine::cpu::exp::exp;
-use crate::engine::cpu::widest;
+use crate::engine::cpu::vectorized;
 use rayon::prelude::*;
 
 /// Elements per rayon task.
@@ -46,16 +46,13 @@ pub(crate) fn backward(gate_up_t: &[f32], da_t: &[f32]) -> Vec<f32> {
             // (4× slower, measured).
             let n = dg.len();
             let (du, g, u, da) = (&mut du[..n], &g[..n], &u[..n], &da[..n]);
-            widest(
-                #[inline(always)]
-                || {
-                    for i in 0..n {
-                        let s = sigmoid(g[i]);
-                        dg[i] = da[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
-                        du[i] = da[i] * g[i] * s;
-                    }
-                },
-            );
+            vectorized!(|| {
+                for i in 0..n {
+                    let s = sigmoid(g[i]);
+                    dg[i] = da[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
+                    du[i] = da[i] * g[i] * s;
+                }
+            });
         });
     d_gate_up
 }
