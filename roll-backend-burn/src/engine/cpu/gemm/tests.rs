@@ -15,8 +15,8 @@ fn random(len: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Every element is the in-order FMA chain, bit for bit, for shapes that exercise every edge:
-/// one row or column, partial tiles and panels, several K blocks, the row and the column split
-/// between threads, and a transposed left operand.
+/// one row or column, partial tiles and panels, several K blocks, both orders of the loops over
+/// tiles, the row and the column split between threads, and a transposed left operand.
 #[test]
 fn every_element_is_the_in_order_fma_chain() {
     let shapes = [
@@ -28,6 +28,9 @@ fn every_element_is_the_in_order_fma_chain() {
         (64, 96, 700),
         (300, 64, 40),
         (97, 700, 130),
+        // Long enough steps that the loops turn around, over several blocks of panels of
+        // `B` (the last one partial, with an odd panel that is itself partial).
+        (50, 400, 530),
     ];
     for (seed, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random(m * k, seed as u64);
@@ -73,6 +76,7 @@ fn a_packed_left_operand_is_the_chain_too() {
         (300, 530, 64),
         (64, 96, 700),
         (1000, 40, 300),
+        (40, 600, 290),
     ];
     for (seed, &(m, k, n)) in shapes.iter().enumerate() {
         let a = random(m * k, 20 + seed as u64);
