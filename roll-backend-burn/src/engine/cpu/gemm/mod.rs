@@ -40,6 +40,10 @@ use std::ops::Range;
 /// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
 /// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 192 KiB, stay in L2.
 const MC: usize = 96;
+const _: () = assert!(
+    MC % NR == 0,
+    "PackedA::transposed_from reads whole B panels per block"
+);
 /// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
 const KC: usize = 512;
 /// Pieces of `C` per rayon thread: more pieces than threads let work stealing even out a thread
@@ -372,15 +376,21 @@ impl PackedA {
     /// [`PackedA::new`] of `Bᵀ` (packing flushed them already).
     pub fn transposed_from(b: &PackedB) -> Self {
         Self::by_blocks(b.n, b.k, |rows, steps, out| {
+            // Row `j` of `Bᵀ` is lane `j % NR` of `b`'s panel `j / NR`: each of the block's
+            // `B` panels is read once, step by step, its lanes written to the rows of the `A`
+            // panels they are (a block's rows start at a multiple of `MC`, so of `NR`).
             let kc = steps.len();
-            for (q, r0) in rows.clone().step_by(MR).enumerate() {
-                let panel = &mut out[q * kc * MR..(q + 1) * kc * MR];
-                for r in 0..MR.min(rows.end - r0) {
-                    // Row `j` of `Bᵀ` is lane `j % NR` of `b`'s panel `j / NR`.
-                    let j = r0 + r;
-                    let column = b.panel(j / NR, steps.clone()).iter().skip(j % NR);
-                    for (step, &x) in panel.chunks_exact_mut(MR).zip(column.step_by(NR)) {
-                        step[r] = x;
+            for j0 in rows.clone().step_by(NR) {
+                let lanes = NR.min(rows.end - j0);
+                // Where lane `l`'s values go in `out`, at step 0.
+                let to: [usize; NR] = core::array::from_fn(|l| {
+                    let r = j0 + l - rows.start;
+                    r / MR * kc * MR + r % MR
+                });
+                let panel = b.panel(j0 / NR, steps.clone());
+                for (kk, step) in panel.chunks_exact(NR).enumerate() {
+                    for (&at, &x) in to.iter().zip(step).take(lanes) {
+                        out[at + kk * MR] = x;
                     }
                 }
             }
