@@ -36,15 +36,12 @@ use kernel::{MR, MicroKernel, NR, Portable};
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 192 KiB, stay in L2.
-/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
-/// Rows of `A` packed per block (a multiple of [`MR`]): `MC × KC` floats, 192 KiB, stay in L2.
+/// Rows of `A` packed per block (a multiple of [`MR`], and of [`NR`] for
+/// [`PackedA::transposed_from`], which reads whole panels of `B`): `MC × KC` floats, 192 KiB,
+/// stay in L2.
 const MC: usize = 96;
-const _: () = assert!(
-    MC % NR == 0,
-    "PackedA::transposed_from reads whole B panels per block"
-);
-/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB, stays in L1/L2.
+const _: () = assert!(MC.is_multiple_of(MR) && MC.is_multiple_of(NR));
+/// Steps of `k` per block: a `B` panel's slice of `KC × NR` floats, 32 KiB.
 const KC: usize = 512;
 /// Pieces of `C` per rayon thread: more pieces than threads let work stealing even out a thread
 /// that falls behind (on a shared host, one often does).
