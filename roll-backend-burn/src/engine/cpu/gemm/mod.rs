@@ -558,19 +558,14 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, in
                             width: NR.min(n - p * NR),
                             load,
                         };
-                        if height == 2 * MR {
+                        if height == 2 * MR && pair {
+                            let next = (a_panel(q + 1), b.panel(p + 1, k0..k1));
+                            tile(q).run_quad(kern, next, out_rows);
+                        } else if height == 2 * MR {
+                            // A last odd or partial panel under two whole `A` panels.
                             let (top, bottom) = out_rows.split_at_mut(MR);
-                            match pair {
-                                true => tile(q).run_quad(
-                                    kern,
-                                    (a_panel(q + 1), b.panel(p + 1, k0..k1)),
-                                    out_rows,
-                                ),
-                                false => {
-                                    tile(q).run::<MR, K>(kern, top);
-                                    tile(q + 1).run::<MR, K>(kern, bottom);
-                                }
-                            }
+                            tile(q).run::<MR, K>(kern, top);
+                            tile(q + 1).run::<MR, K>(kern, bottom);
                         } else {
                             let tile = tile(q);
                             match out_rows.len() {
