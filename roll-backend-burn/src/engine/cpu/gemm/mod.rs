@@ -550,17 +550,17 @@ fn drive<K: MicroKernel>(kern: K, chunk: Chunk<'_>, a: Left<'_>, b: &PackedB, in
                         // Two whole panels side by side run as a pair (one read of the `A`
                         // panel for both); a last odd or partial panel alone.
                         let pair = p + 1 < pe && (p + 2) * NR <= n;
+                        let b_next = pair.then(|| b.panel(p + 1, k0..k1));
                         let tile = |q: usize| Tile {
                             a: a_panel(q),
                             b: b.panel(p, k0..k1),
-                            b_next: pair.then(|| b.panel(p + 1, k0..k1)),
+                            b_next,
                             j0: p * NR - col0,
                             width: NR.min(n - p * NR),
                             load,
                         };
-                        if height == 2 * MR && pair {
-                            let next = (a_panel(q + 1), b.panel(p + 1, k0..k1));
-                            tile(q).run_quad(kern, next, out_rows);
+                        if let (true, Some(b_next)) = (height == 2 * MR, b_next) {
+                            tile(q).run_quad(kern, (a_panel(q + 1), b_next), out_rows);
                         } else if height == 2 * MR {
                             // A last odd or partial panel under two whole `A` panels.
                             let (top, bottom) = out_rows.split_at_mut(MR);
