@@ -215,26 +215,7 @@ pub enum Init {
 /// # Panics
 /// If the shapes disagree (a bug in the caller, not an input error).
 pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
-    product(c, Left::Strided(a), b, init, Threads::Pool);
-}
-
-/// [`matmul`] on the calling thread alone, with the same bits: for small products that are
-/// themselves the tasks of a parallel loop, where splitting each again across the pool would
-/// cost more in scheduling than it gains.
-///
-/// # Panics
-/// If the shapes disagree (a bug in the caller, not an input error).
-pub fn matmul_on_this_thread(c: &mut [f32], a: MatRef<'_>, b: &PackedB, init: Init) {
-    product(c, Left::Strided(a), b, init, Threads::Caller);
-}
-
-/// Where a product runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Threads {
-    /// Split across rayon's pool when it is large enough.
-    Pool,
-    /// On the calling thread.
-    Caller,
+    product(c, Left::Strided(a), b, init);
 }
 
 /// `C = A·B` or `C += A·B` for `A` packed once (a weight on the left: `Yᵀ = Wᵀ·Xᵀ`, the
@@ -244,11 +225,11 @@ enum Threads {
 /// # Panics
 /// If the shapes disagree (a bug in the caller, not an input error).
 pub fn matmul_packed(c: &mut [f32], a: &PackedA, b: &PackedB, init: Init) {
-    product(c, Left::Packed(a), b, init, Threads::Pool);
+    product(c, Left::Packed(a), b, init);
 }
 
-/// [`matmul`], [`matmul_on_this_thread`] and [`matmul_packed`].
-fn product(c: &mut [f32], a: Left<'_>, b: &PackedB, init: Init, threads: Threads) {
+/// [`matmul`] and [`matmul_packed`].
+fn product(c: &mut [f32], a: Left<'_>, b: &PackedB, init: Init) {
     let (m, a_cols) = match a {
         Left::Strided(a) => (a.rows, a.cols),
         Left::Packed(a) => (a.m, a.k),
@@ -268,8 +249,8 @@ fn product(c: &mut [f32], a: Left<'_>, b: &PackedB, init: Init, threads: Threads
         }
         return;
     }
-    let pool = rayon::current_num_threads();
-    if threads == Threads::Caller || pool == 1 || m * n * k < PARALLEL_WORK {
+    let threads = rayon::current_num_threads();
+    if threads == 1 || m * n * k < PARALLEL_WORK {
         let out = c.chunks_exact_mut(n).collect();
         let panels = 0..n.div_ceil(NR);
         run(
@@ -285,7 +266,7 @@ fn product(c: &mut [f32], a: Left<'_>, b: &PackedB, init: Init, threads: Threads
         return;
     }
     let panels = n.div_ceil(NR);
-    let pieces = pool * CHUNKS_PER_THREAD;
+    let pieces = threads * CHUNKS_PER_THREAD;
     // By rows where `C` is tall; by columns where it is wide, or wherever a packed `A` leaves
     // every chunk a pair of panels at least: then each chunk keeps its panels of `B` in L2
     // across all of `A`'s blocks, where chunks of rows would each stream all of `B` from L3 once
