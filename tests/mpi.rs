@@ -331,14 +331,13 @@ fn tensor_parallel_step(pair: Arc<dyn Strategy>) -> anyhow::Result<[f32; 2]> {
         let want = logits(&whole.inference_model()?)?;
         let got = logits(&sliced.inference_model()?)?;
         anyhow::ensure!(got.iter().all(|v| v.is_finite()), "non-finite logits");
-        // After the step the weights differ by rounding (≤ 1e-6), which logits of up to ~12
-        // carry to ~1e-5: relative to the largest logit there.
+        // The row-parallel products add their halves in another order than the whole model's
+        // GEMM, so logits differ by rounding, and by how much follows their scale and the host's
+        // kernels: 1.2e-5 at a largest logit of 10.8 on an AVX2 host (13 ulps of 10.8), under
+        // 1e-5 on an AVX-512 one. After the step the weights differ by rounding too (≤ 1e-6).
+        // Either way the bound is relative to the largest logit.
         let largest = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let bound = if i == 0 {
-            1e-5
-        } else {
-            1e-5 * largest.max(1.0)
-        };
+        let bound = 1e-5 * largest.max(1.0);
         *w = max_diff(&want, &got);
         anyhow::ensure!(
             *w <= bound,
@@ -512,6 +511,8 @@ fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<(f32, O
     let device = Device::flex();
     let dir = rank0_dir(group, "mpi-moe")?;
     if group.rank() == 0 {
+        // Seeded: the same model every run, so a failure can be rerun.
+        device.seed(17);
         let mut config = HfConfig::new("qwen3_moe", 97, 64, 96, 2, 4);
         config.num_key_value_heads = Some(2);
         config.head_dim = Some(24);
@@ -549,8 +550,13 @@ fn expert_parallel_forward(group: &Arc<dyn Messenger>) -> anyhow::Result<(f32, O
         worst <= 1e-5,
         "rank {rank}: expert-parallel logits differ by {worst}"
     );
+    // AdamW moves an element by about `lr` whatever the size of its gradient once `eps` is
+    // below it, so an element whose gradient is rounding (an expert few tokens reach) would move
+    // by a step's size one way or the other: 2e-5 apart in one run with the default `eps`. As in
+    // the data-parallel test, an `eps` above rounding makes the comparison one of gradients.
     let config = TrainerConfig {
         lr: 1e-3,
+        eps: 1e-3,
         max_grad_norm: Some(0.5),
         micro_batch_size: Some(1),
         ..Default::default()
