@@ -13,7 +13,10 @@ pub struct TrainConfig {
     /// Peak learning rate (> 0). Default `1e-6`. ROLL: `training_args.learning_rate`.
     pub learning_rate: f64,
     /// Steps of linear warm-up from 0 to `learning_rate`, in optimiser steps. Default `0`.
-    /// ROLL: `training_args.warmup_steps`.
+    /// ROLL: `training_args.warmup_steps`. Without warm-up, AdamW's first step moves every
+    /// weight by about `learning_rate` whatever its gradient (the bias-corrected `m / √v` is
+    /// ±1): right after SFT, one such step at 1e-4 took the main job's held-out accuracy from
+    /// 64.2% to 34.4%; its config warms up over 20 steps.
     pub warmup_steps: u64,
     /// The learning rate after warm-up. Default `constant`. ROLL: `training_args.lr_scheduler_type`.
     pub lr_schedule: LrSchedule,
