@@ -93,6 +93,7 @@ def main():
         temperature=1.0,
         beta=0.0,  # no reference model, as in roll's bench (no KL term)
         gradient_checkpointing=False,  # TRL's default recomputes activations: slower here
+        bf16=False,  # TRL defaults to bf16 autocast; roll and the PyTorch baseline run f32
         logging_steps=1_000_000,
         save_strategy="no",
         report_to="none",

@@ -111,6 +111,31 @@ fn sample_configs_load_and_validate() {
 }
 
 #[test]
+fn rl_without_warm_up_after_sft_is_flagged() {
+    assert!(load(BASE, &[]).unwrap().cautions().is_empty());
+    let sft = format!("{BASE}\n[sft]\nbatch_size = 8\n");
+    let cautions = load(&sft, &["train.learning_rate=1e-4"])
+        .unwrap()
+        .cautions();
+    assert_eq!(cautions.len(), 1, "{cautions:?}");
+    assert_eq!(cautions[0].key, "train.warmup_steps");
+    assert_eq!(cautions[0].value, "0");
+    let shown = cautions[0].to_string();
+    assert!(shown.contains("0.0001"), "{shown}");
+    assert!(
+        load(&sft, &["train.warmup_steps=5"])
+            .unwrap()
+            .cautions()
+            .is_empty()
+    );
+    let main_job = ConfigLoader::new()
+        .file(sample("rlvr_arithmetic.toml"))
+        .load()
+        .unwrap();
+    assert!(main_job.cautions().is_empty());
+}
+
+#[test]
 fn missing_keys_take_their_defaults() {
     let config = load(BASE, &[]).expect("base config");
     assert_eq!(config.pipeline, Pipeline::Rlvr);

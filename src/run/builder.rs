@@ -195,6 +195,9 @@ impl RunBuilder {
 
     fn build_run(mut self) -> Result<Run> {
         let mut plan = RunPlan::from_config(&self.config)?;
+        for caution in self.config.cautions() {
+            tracing::warn!("{caution}");
+        }
         let roles = match &self.group {
             Some(group) => Some(distributed::Roles::of(&plan, group.world_size())?),
             None => {

@@ -16,7 +16,8 @@ pub struct TrainConfig {
     /// ROLL: `training_args.warmup_steps`. Without warm-up, AdamW's first step moves every
     /// weight by about `learning_rate` whatever its gradient (the bias-corrected `m / √v` is
     /// ±1): right after SFT, one such step at 1e-4 took the main job's held-out accuracy from
-    /// 64.2% to 34.4%; its config warms up over 20 steps.
+    /// 64.2% to 34.4%; its config warms up over 20 steps. A run with `[sft]` and no warm-up
+    /// logs a warning ([`Config::cautions`](super::Config::cautions)).
     pub warmup_steps: u64,
     /// The learning rate after warm-up. Default `constant`. ROLL: `training_args.lr_scheduler_type`.
     pub lr_schedule: LrSchedule,
