@@ -111,6 +111,29 @@ fn sample_configs_load_and_validate() {
 }
 
 #[test]
+fn a_group_relative_estimator_refuses_groups_of_one() {
+    let err = load_err(BASE, &["rollout.group_size=1"]);
+    let shown = err.to_string();
+    assert!(shown.contains("rollout.group_size"), "{shown}");
+    assert!(shown.contains("grpo"), "{shown}");
+    let rloo = load_err(
+        BASE,
+        &["rollout.group_size=1", "algorithm.advantage.kind=rloo"],
+    );
+    assert!(rloo.to_string().contains("rloo"), "{rloo}");
+    // REINFORCE++ normalises over the batch, not the group: a group of one is fine.
+    load(
+        BASE,
+        &[
+            "rollout.group_size=1",
+            "algorithm.advantage.kind=reinforce_plus_plus",
+        ],
+    )
+    .unwrap();
+    load(BASE, &["rollout.group_size=2"]).unwrap();
+}
+
+#[test]
 fn rl_without_warm_up_after_sft_is_flagged() {
     assert!(load(BASE, &[]).unwrap().cautions().is_empty());
     let sft = format!("{BASE}\n[sft]\nbatch_size = 8\n");

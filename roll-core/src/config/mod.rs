@@ -378,6 +378,29 @@ impl Config {
             );
         }
         let advantage = &self.algorithm.advantage;
+        if matches!(
+            advantage,
+            AdvantageEstimator::Grpo { .. } | AdvantageEstimator::Rloo { .. }
+        ) {
+            let (key, size) = match &self.agentic {
+                Some(agentic) if self.pipeline == Pipeline::Agentic => {
+                    ("agentic.group_size", agentic.group_size)
+                }
+                _ => ("rollout.group_size", self.rollout.group_size),
+            };
+            if size < 2 {
+                return refuse(
+                    key,
+                    &size.to_string(),
+                    &format!(
+                        "at least 2 with `algorithm.advantage.kind = \"{}\"`: it scores each \
+                         sample against the other samples of its group, so in a group of one \
+                         every advantage is 0 and nothing trains",
+                        advantage.name()
+                    ),
+                );
+            }
+        }
         if advantage.is_step_level() {
             let kind = format!("\"{}\"", advantage.name());
             if self.pipeline != Pipeline::Agentic {
