@@ -341,6 +341,13 @@ impl AdvantageEstimator {
         matches!(self, Self::Gae { .. })
     }
 
+    /// Whether a sample's advantage is its reward against the other samples of its prompt's
+    /// group ([`grpo_advantages`], [`rloo_advantages`]): in a group of one it is 0, so such an
+    /// estimator needs groups of two samples or more.
+    pub fn compares_within_group(&self) -> bool {
+        matches!(self, Self::Grpo { .. } | Self::Rloo { .. })
+    }
+
     /// Whether each row is one environment step described by [`AdvantageInput::steps`] (GiGPO,
     /// step REINFORCE) rather than a whole response or trajectory.
     pub fn is_step_level(&self) -> bool {
@@ -597,7 +604,7 @@ mod tests {
                 }
             }
         );
-        assert!(e.is_step_level() && !e.uses_states());
+        assert!(e.is_step_level() && !e.uses_states() && !e.compares_within_group());
         let e: AdvantageEstimator = serde_json::from_str(r#"{"kind":"step_reinforce"}"#).unwrap();
         assert_eq!(
             e,
@@ -630,6 +637,7 @@ mod tests {
             assert_eq!(back, e);
         }
         assert_eq!(AdvantageEstimator::default().name(), "grpo");
+        assert!(AdvantageEstimator::default().compares_within_group());
     }
 
     #[test]
