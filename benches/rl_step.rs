@@ -14,7 +14,6 @@ use roll::core::config::ConfigLoader;
 use roll::core::rng::SplitMix64;
 use roll::prelude::*;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// 4,096 `Q: a+b=? A:` prompts with their answers, operands 0–99 (the fixture's training
 /// distribution); the run repeats them when used up.
@@ -71,24 +70,70 @@ fn rl_step(c: &mut Criterion) {
         .prompts(prompts())
         .build()
         .expect("build");
-    let (mut rollout, mut train, mut steps) = (Duration::ZERO, Duration::ZERO, 0u32);
+    let mut parts = Parts::default();
     let mut group = c.benchmark_group("rl_step");
     group.sample_size(20);
     group.bench_function("tiny-qwen2-sft 8x8x6", |b| {
         b.iter(|| {
             let report = runtime.block_on(run.step()).expect("step");
-            rollout += report.rollout_time;
-            train += report.train_time;
-            steps += 1;
+            parts.add(&report);
         });
     });
     group.finish();
-    if steps > 0 {
+    parts.print();
+}
+
+/// Seconds of each part of the measured steps, summed.
+#[derive(Default)]
+struct Parts {
+    steps: u32,
+    rollout: f64,
+    reward: f64,
+    score: f64,
+    update: f64,
+    optimizer: f64,
+    sync: f64,
+    probe: f64,
+    train: f64,
+}
+
+impl Parts {
+    fn add(&mut self, report: &StepReport) {
+        let metric = |name: &str| report.metrics.get(name).copied().unwrap_or(0.0);
+        self.steps += 1;
+        self.rollout += report.rollout_time.as_secs_f64();
+        self.reward += metric("rollout/reward_s");
+        self.score += metric("time/score_s");
+        self.update += metric("actor/time/update_s");
+        self.optimizer += metric("actor/time/optimizer_s");
+        self.sync += metric("actor/time/weight_sync_s");
+        self.probe += metric("actor/time/gap_probe_s");
+        self.train += report.train_time.as_secs_f64();
+    }
+
+    /// The mean step's parts in milliseconds: the rollout's wall time (generation, with the
+    /// reward calls overlapping it), then the training side's.
+    fn print(&self) {
+        if self.steps == 0 {
+            return;
+        }
+        let ms = |s: f64| s * 1e3 / f64::from(self.steps);
+        let rest = self.train - self.score - self.update - self.sync - self.probe;
         println!(
-            "rl_step breakdown over {steps} steps: rollout (generation + reward) {:.1} ms, \
-             train (update + weight sync) {:.1} ms",
-            rollout.as_secs_f64() * 1e3 / f64::from(steps),
-            train.as_secs_f64() * 1e3 / f64::from(steps),
+            "rl_step breakdown over {} steps (ms): rollout {:.1} (reward calls {:.2} of it, \
+             overlapping generation) | scoring {:.1} | update {:.1} (forward and backward {:.1}, \
+             norm, clip and AdamW {:.1}) | weight sync {:.1} | gap probe {:.1} | batch building \
+             and the rest {:.1}",
+            self.steps,
+            ms(self.rollout),
+            ms(self.reward),
+            ms(self.score),
+            ms(self.update),
+            ms(self.update - self.optimizer),
+            ms(self.optimizer),
+            ms(self.sync),
+            ms(self.probe),
+            ms(rest),
         );
     }
 }

@@ -1,7 +1,8 @@
 """HF TRL's GRPOTrainer on the work of `cargo bench --bench rl_step`: the tiny-qwen2-sft fixture,
 8 prompts x 8 samples x at most 6 new tokens, an exact-answer reward, one AdamW step per batch, on
-the CPU. Prints the median step time and its parts (generation, reward, the rest = scoring,
-loss, backward and optimiser step).
+the CPU. Prints the median step time and its parts: generation, reward, scoring (log-probs
+computed without gradients: old or reference log-probs, when TRL needs them), the optimiser step,
+and the rest (the training forward with gradients, loss, backward, batch preparation).
 
     python -m venv /tmp/trlenv && /tmp/trlenv/bin/pip install torch transformers trl datasets
     /tmp/trlenv/bin/python benches/trl_grpo_step.py [--steps 40]
@@ -59,6 +60,13 @@ class StepClock(TrainerCallback):
         self.timer.parts = {}
         self.start = time.perf_counter()
 
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.optimizer_start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        spent = time.perf_counter() - self.optimizer_start
+        self.timer.parts["optimizer"] = self.timer.parts.get("optimizer", 0.0) + spent
+
     def on_step_end(self, args, state, control, **kwargs):
         total = time.perf_counter() - self.start
         self.steps.append((total, dict(self.timer.parts)))
@@ -107,18 +115,32 @@ def main():
         train_dataset=prompts(64 * (args.steps + args.warmup)),
         processing_class=tokenizer,
     )
+    # Log-probs: without gradients they are scoring (old or reference log-probs), with them the
+    # training forward (counted in the rest).
+    logps = trainer._get_per_token_logps_and_entropies
+    scoring = timer.wrap("scoring", logps)
+
+    def per_token_logps(*args, **kwargs):
+        return (logps if torch.is_grad_enabled() else scoring)(*args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = per_token_logps
     clock = StepClock(timer)
     trainer.add_callback(clock)
     trainer.train()
     measured = clock.steps[args.warmup :]
     total = statistics.median(t for t, _ in measured)
-    gen = statistics.median(p.get("generation", 0.0) for _, p in measured)
-    rew = statistics.median(p.get("reward", 0.0) for _, p in measured)
+    part = {
+        name: statistics.median(p.get(name, 0.0) for _, p in measured)
+        for name in ["generation", "reward", "scoring", "optimizer"]
+    }
+    rest = total - sum(part.values())
     print(
         f"TRL GRPOTrainer, tiny-qwen2-sft 8x8x6, {len(measured)} steps, torch "
         f"{torch.__version__}, {torch.get_num_threads()} threads: median step {total * 1e3:.1f} ms "
-        f"({1 / total:.2f} steps/s): generation {gen * 1e3:.1f} ms, reward {rew * 1e3:.2f} ms, "
-        f"the rest (scoring, loss, backward, AdamW) {(total - gen - rew) * 1e3:.1f} ms"
+        f"({1 / total:.2f} steps/s): generation {part['generation'] * 1e3:.1f} ms, reward "
+        f"{part['reward'] * 1e3:.2f} ms, scoring {part['scoring'] * 1e3:.1f} ms, optimizer step "
+        f"{part['optimizer'] * 1e3:.1f} ms, the rest (training forward, loss, backward, batch "
+        f"preparation) {rest * 1e3:.1f} ms (medians of each part)"
     )
 
 

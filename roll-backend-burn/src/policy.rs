@@ -67,6 +67,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 /// Where a trainable role's trainer replicas run. Inference — the engine and scoring — runs on
 /// the first replica's device.
@@ -550,18 +551,24 @@ impl BurnPolicy {
         let inner = &self.inner;
         let mut trainer = inner.trainer.lock().map_err(|_| poisoned())?;
         let epochs = trainer.first().config().epochs;
+        let started = Instant::now();
         let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
+        metrics.insert("time/update_s".into(), started.elapsed().as_secs_f64());
         let version = if updated {
+            let started = Instant::now();
             let model = trainer.whole_model()?;
             drop(trainer);
             let served = ServedWeights::new(model, inner.kind)?;
             let version = inner.engine.sync_served_blocking(&served)?;
             let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
+            metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
             if let Some(first) = batch.sequences().first()
                 && inner.gap_probe_tokens > 0
             {
+                let started = Instant::now();
                 let gap = self.logprob_gap(&snapshot, &first.prompt_ids)?;
                 metrics.insert("train_infer_logprob_gap".into(), gap);
+                metrics.insert("time/gap_probe_s".into(), started.elapsed().as_secs_f64());
             }
             version
         } else {
@@ -725,8 +732,11 @@ impl BurnCritic {
         let inner = &self.inner;
         let mut trainer = inner.trainer.lock().map_err(|_| poisoned())?;
         let epochs = trainer.first().config().epochs;
+        let started = Instant::now();
         let (mut metrics, updated) = run_epochs(epochs, |_| trainer.step(batch, objective))?;
+        metrics.insert("time/update_s".into(), started.elapsed().as_secs_f64());
         let version = if updated {
+            let started = Instant::now();
             let (trunk, head) = trainer.first().inference_model()?;
             drop(trainer);
             let served = ServedWeights::new(trunk, DecoderKind::Burn)?;
@@ -734,6 +744,7 @@ impl BurnCritic {
                 served,
                 head: Some(head),
             })?;
+            metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
             WeightVersion(inner.version.fetch_add(1, Ordering::AcqRel) + 1)
         } else {
             WeightVersion(inner.version.load(Ordering::Acquire))

@@ -108,6 +108,16 @@ fn an_actor_step_syncs_weights_and_the_gap_is_zero() {
         assert_eq!(policy.weight_version(), WeightVersion(1));
         assert_eq!(out.metrics["train_infer_logprob_gap"], 0.0);
         assert!(out.metrics["grad_norm"] > 0.0);
+        // Where the step's time went: the update (its optimiser part within it), publishing
+        // the weights, the gap probe.
+        let time = |k: &str| out.metrics.get(k).copied().unwrap_or(f64::NAN);
+        let (update, optimizer) = (time("time/update_s"), time("time/optimizer_s"));
+        assert!(
+            update > 0.0 && optimizer > 0.0 && optimizer < update,
+            "{out:?}"
+        );
+        assert!(time("time/weight_sync_s") > 0.0, "{out:?}");
+        assert!(time("time/gap_probe_s") > 0.0, "{out:?}");
         // Scoring and generation now use the new weights.
         let after = policy
             .score(&score_request(&prompt, &g.token_ids))

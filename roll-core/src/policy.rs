@@ -128,6 +128,9 @@ pub struct TrainOutput {
     /// The weight version after the step (published to the inference side).
     pub weight_version: WeightVersion,
     /// Scalar metrics of the step: losses, gradient norm, clip fractions, learning rate, ...
+    /// Wall times in seconds go under `time/` (roll's policies report `time/update_s`, the
+    /// optimiser steps, and `time/weight_sync_s`, publishing the new weights to the inference
+    /// side); the pipeline prefixes each with the role (`actor/time/update_s`).
     pub metrics: BTreeMap<String, f64>,
 }
 

@@ -390,6 +390,21 @@ impl RewardWorker for SlowReward {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_reports_the_time_its_reward_calls_took() {
+    let policy: Arc<dyn Policy> = Arc::new(MockPolicy::digits());
+    let slow = Arc::new(SlowReward(Duration::from_millis(60)));
+    let mut pipeline = pipeline(policy, slow, scheduler_config(2, 2));
+    let report = pipeline.step().await.unwrap();
+    assert_eq!(report.samples, 4);
+    // Four calls of at least 60 ms each, summed (they ran concurrently).
+    let reward_s = report.metrics["rollout/reward_s"];
+    assert!(reward_s >= 0.24, "{reward_s}");
+    assert_eq!(report.rollout.reward_time.as_secs_f64(), reward_s);
+    // No reference, critic or recomputed log-probs to score: nothing timed there.
+    assert!(report.metrics["time/score_s"] < 0.05, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_reports_reward_calls_waiting_past_its_bound() {
     let policy: Arc<dyn Generate> = Arc::new(MockPolicy::digits());
     let mut config = scheduler_config(1, 2);

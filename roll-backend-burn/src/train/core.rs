@@ -640,6 +640,7 @@ impl<M: Module> Core<M> {
     }
 
     fn apply_batch_alone(&mut self, mut g: BatchGradients) -> Result<TrainStepReport> {
+        let started = std::time::Instant::now();
         let applied = if g.trained_tokens == 0 {
             Applied {
                 grad_norm: 0.0,
@@ -650,6 +651,10 @@ impl<M: Module> Core<M> {
             let grads = std::mem::replace(&mut g.grads, GradientsParams::new());
             self.apply(grads)?
         };
+        // The norm, the clip and AdamW; the rest of a step is its forwards and backwards (and,
+        // among replicas, the gradient all-reduce).
+        g.metrics
+            .insert("time/optimizer_s".into(), started.elapsed().as_secs_f64());
         Ok(TrainStepReport {
             step: self.step,
             loss: g.loss,

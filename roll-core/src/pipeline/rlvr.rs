@@ -185,6 +185,7 @@ impl RlvrPipeline {
         let train_started = Instant::now();
         let samples: Vec<&Sample> = batch.groups.iter().flat_map(Group::samples).collect();
 
+        let scoring_started = Instant::now();
         let mut inputs = BatchInputs {
             max_turn_tokens: self.config.max_turn_tokens,
             kl_coef: self.kl.value(),
@@ -216,6 +217,7 @@ impl RlvrPipeline {
             })
             .await?;
         }
+        let scoring_time = scoring_started.elapsed();
         let (mut train_batch, batch_stats) =
             build_train_batch(&batch.groups, &self.algorithm, &inputs, &mut self.moments)?;
         if let Some(kl) = batch_stats.token_kl_mean {
@@ -294,6 +296,10 @@ impl RlvrPipeline {
             "rollout/filtered_per_kept",
             stats.samples_filtered as f64 / f64::from(n),
         );
+        add("rollout/reward_s", stats.reward_time.as_secs_f64());
+        // Reference, critic and old log-probs before training (0 when none is needed); the
+        // roles' own step times are `actor/time/…` and `critic/time/…`.
+        add("time/score_s", scoring_time.as_secs_f64());
         add("rollout/max_staleness", stats.max_staleness as f64);
         for (lag, count) in stats.staleness_counts.iter().enumerate() {
             add(&format!("rollout/staleness_{lag}"), *count as f64);

@@ -12,6 +12,7 @@ use crate::{
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 /// Groups dropped in a row, with none kept, after which a batch gives up (at least; 50 batches'
@@ -110,7 +111,8 @@ pub struct RlvrScheduler {
     /// any new prompt, so no prompt of the dataset is skipped.
     requeued: VecDeque<Arc<Prompt>>,
     filter: Option<Box<dyn GroupFilter>>,
-    tasks: JoinSet<(GroupId, Outcome)>,
+    /// Each task's group, outcome, and time spent in the reward call.
+    tasks: JoinSet<(GroupId, Outcome, Duration)>,
     task_groups: HashMap<tokio::task::Id, GroupId>,
     open: BTreeMap<GroupId, OpenGroup>,
     /// Completed groups not yet taken into a batch, by issue order; the group filter judges
@@ -244,7 +246,8 @@ impl RlvrScheduler {
                     id,
                     watchdog,
                 };
-                (group, sample.run(&*policy, &*reward, request).await)
+                let (outcome, reward_time) = sample.run(&*policy, &*reward, request).await;
+                (group, outcome, reward_time)
             });
             self.task_groups.insert(task.id(), group);
         }
@@ -359,8 +362,9 @@ impl RlvrScheduler {
             return;
         };
         match joined {
-            Ok((task, (group, outcome))) => {
+            Ok((task, (group, outcome, reward_time))) => {
                 self.task_groups.remove(&task);
+                stats.reward_time += reward_time;
                 self.on_outcome(group, outcome, stats);
             }
             Err(join_error) => {
@@ -420,22 +424,25 @@ impl SampleTask {
         })
     }
 
+    /// Generates the sample and scores it: its outcome, and the reward call's wall time (zero
+    /// when there was none).
     async fn run(
         self,
         policy: &dyn Generate,
         reward: &dyn RewardWorker,
         request: GenerationRequest,
-    ) -> Outcome {
+    ) -> (Outcome, Duration) {
+        let outcome = |o| (o, Duration::ZERO);
         let watch = self.watch("generation");
         let prompt_ids = request.prompt_ids.clone();
         let generation = policy.generate(request).await;
         drop(watch);
         let generation = match generation {
             Ok(g) => g,
-            Err(e) => return Outcome::Failed(e),
+            Err(e) => return outcome(Outcome::Failed(e)),
         };
         if generation.finish_reason == FinishReason::Abort {
-            return Outcome::Aborted(generation.token_ids.len());
+            return outcome(Outcome::Aborted(generation.token_ids.len()));
         }
         let watch = self.watch("reward");
         let mut sample = Sample::new(self.id, self.group, self.prompt, prompt_ids);
@@ -446,17 +453,20 @@ impl SampleTask {
             generation.weight_version,
             generation.finish_reason,
         ) {
-            return Outcome::Failed(e);
+            return outcome(Outcome::Failed(e));
         }
+        let started = Instant::now();
         let scored = reward.score(&sample).await;
+        let reward_time = started.elapsed();
         drop(watch);
-        match scored {
+        let outcome = match scored {
             Ok(r) => {
                 sample.reward = Some(r);
                 Outcome::Done(Box::new(sample))
             }
             Err(e) => Outcome::Failed(e),
-        }
+        };
+        (outcome, reward_time)
     }
 }
 
