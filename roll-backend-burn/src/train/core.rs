@@ -42,13 +42,18 @@ pub struct TrainStepReport {
     /// The objective's own diagnostics (e.g. `pg_loss`, `kl_loss`, `entropy`, `clip_frac_low`,
     /// `approx_kl` for the actor; `vf_loss`, `vf_clip_frac`, `value_mean` for the critic).
     pub metrics: BTreeMap<String, f64>,
+    /// Wall time of the update itself: the global norm, the clip and AdamW. The rest of a step
+    /// is its forwards and backwards (and, among replicas, the gradient all-reduce).
+    pub optimizer_time: std::time::Duration,
 }
 
 impl TrainStepReport {
     /// All numbers of the report as one map: `loss`, `grad_norm`, `lr`, `step`,
-    /// `trained_tokens`, `sequences`, `micro_batches`, `skipped` (0/1) and [`Self::metrics`].
+    /// `trained_tokens`, `sequences`, `micro_batches`, `skipped` (0/1), `time/optimizer_s` and
+    /// [`Self::metrics`].
     pub fn to_metrics(&self) -> BTreeMap<String, f64> {
         let mut m = self.metrics.clone();
+        m.insert("time/optimizer_s".into(), self.optimizer_time.as_secs_f64());
         m.insert("loss".into(), self.loss);
         m.insert("grad_norm".into(), self.grad_norm);
         m.insert("lr".into(), self.lr);
@@ -651,10 +656,7 @@ impl<M: Module> Core<M> {
             let grads = std::mem::replace(&mut g.grads, GradientsParams::new());
             self.apply(grads)?
         };
-        // The norm, the clip and AdamW; the rest of a step is its forwards and backwards (and,
-        // among replicas, the gradient all-reduce).
-        g.metrics
-            .insert("time/optimizer_s".into(), started.elapsed().as_secs_f64());
+        let optimizer_time = started.elapsed();
         Ok(TrainStepReport {
             step: self.step,
             loss: g.loss,
@@ -665,6 +667,7 @@ impl<M: Module> Core<M> {
             micro_batches: g.micro_batches,
             skipped: applied.skipped,
             metrics: g.metrics,
+            optimizer_time,
         })
     }
 }
