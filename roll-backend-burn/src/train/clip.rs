@@ -109,7 +109,7 @@ impl ModuleVisitor for Scale<'_> {
 }
 
 /// The global L2 norm `sqrt(Σ_params Σ g²)` of the gradients of `module`'s parameters. Each
-/// parameter's sum of squares is computed in f64 in a fixed order on the CPU ([`sum_of_squares`]),
+/// parameter's sum of squares is computed in f64 in a fixed order on the CPU (see `train/clip.rs`),
 /// on the device in f32 on an accelerator (one sync for all); they are added on the host in f64,
 /// in the module's parameter order. `0` when there is no gradient.
 ///
