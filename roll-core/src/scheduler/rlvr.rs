@@ -432,17 +432,18 @@ impl SampleTask {
         reward: &dyn RewardWorker,
         request: GenerationRequest,
     ) -> (Outcome, Duration) {
-        let outcome = |o| (o, Duration::ZERO);
+        // Ended before the reward call.
+        let untimed = |o| (o, Duration::ZERO);
         let watch = self.watch("generation");
         let prompt_ids = request.prompt_ids.clone();
         let generation = policy.generate(request).await;
         drop(watch);
         let generation = match generation {
             Ok(g) => g,
-            Err(e) => return outcome(Outcome::Failed(e)),
+            Err(e) => return untimed(Outcome::Failed(e)),
         };
         if generation.finish_reason == FinishReason::Abort {
-            return outcome(Outcome::Aborted(generation.token_ids.len()));
+            return untimed(Outcome::Aborted(generation.token_ids.len()));
         }
         let watch = self.watch("reward");
         let mut sample = Sample::new(self.id, self.group, self.prompt, prompt_ids);
@@ -453,7 +454,7 @@ impl SampleTask {
             generation.weight_version,
             generation.finish_reason,
         ) {
-            return outcome(Outcome::Failed(e));
+            return untimed(Outcome::Failed(e));
         }
         let started = Instant::now();
         let scored = reward.score(&sample).await;
