@@ -58,7 +58,9 @@ fn chunk_sum_of_squares(chunk: &[f32]) -> f64 {
 /// Collects `Σ g²` of each parameter's gradient, and the first of the `sets` each is in
 /// (`sets.len()` for none).
 struct SquaredNorms<'a> {
-    grads: &'a GradientsParams,
+    /// Each gradient is taken out and put back, so that reading it on the CPU moves its buffer
+    /// rather than copying it (a tensor `grads` still held would be copied).
+    grads: &'a mut GradientsParams,
     sets: &'a [&'a HashSet<ParamId>],
     /// Each parameter's sum, in visiting order: summed on the host already, or a placeholder
     /// for one in `on_device`.
@@ -73,23 +75,39 @@ struct SquaredNorms<'a> {
 
 impl ModuleVisitor for SquaredNorms<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if let Some(g) = self.grads.get::<D>(param.id) {
-            let mut part = 0.0;
-            if g.device() == Device::flex() {
-                match g.into_data().convert::<f32>().as_slice::<f32>() {
-                    Ok(values) => part = sum_of_squares(values),
-                    Err(e) => {
-                        self.error
-                            .get_or_insert_with(|| format!("{}: {e:?}", param.id));
-                    }
+        let Some(g) = self.grads.remove::<D>(param.id) else {
+            return;
+        };
+        let device = g.device();
+        let mut part = 0.0;
+        if device == Device::flex() {
+            let data = g.into_data();
+            let sum = match data.as_slice::<f32>() {
+                Ok(values) => Ok(sum_of_squares(values)),
+                // Another float dtype: summed in f32 from a converted copy.
+                Err(_) => data
+                    .clone()
+                    .convert::<f32>()
+                    .as_slice::<f32>()
+                    .map(sum_of_squares),
+            };
+            match sum {
+                Ok(sum) => part = sum,
+                Err(e) => {
+                    self.error
+                        .get_or_insert_with(|| format!("{}: {e:?}", param.id));
                 }
-            } else {
-                self.on_device.push((self.parts.len(), g.square().sum()));
             }
-            self.parts.push(part);
-            let set = self.sets.iter().position(|s| s.contains(&param.id));
-            self.set_of.push(set.unwrap_or(self.sets.len()));
+            self.grads
+                .register::<D>(param.id, Tensor::from_data(data, &device));
+        } else {
+            self.on_device
+                .push((self.parts.len(), g.clone().square().sum()));
+            self.grads.register::<D>(param.id, g);
         }
+        self.parts.push(part);
+        let set = self.sets.iter().position(|s| s.contains(&param.id));
+        self.set_of.push(set.unwrap_or(self.sets.len()));
     }
 }
 
@@ -111,11 +129,12 @@ impl ModuleVisitor for Scale<'_> {
 /// The global L2 norm `sqrt(Σ_params Σ g²)` of the gradients of `module`'s parameters. Each
 /// parameter's sum of squares is computed in f64 in a fixed order on the CPU (see `train/clip.rs`),
 /// on the device in f32 on an accelerator (one sync for all); they are added on the host in f64,
-/// in the module's parameter order. `0` when there is no gradient.
+/// in the module's parameter order. `0` when there is no gradient. The gradients are taken out
+/// and put back unchanged (hence `&mut`): on the CPU, reading one then moves its buffer.
 ///
 /// # Errors
 /// [`BackendError::Train`] if the sums cannot be read back.
-pub fn global_grad_norm<M: Module>(module: &M, grads: &GradientsParams) -> Result<f64> {
+pub fn global_grad_norm<M: Module>(module: &M, grads: &mut GradientsParams) -> Result<f64> {
     // No sets: one sum, over every parameter.
     let whole: f64 = squared_norms(module, grads, &[])?.iter().sum();
     Ok(whole.sqrt())
@@ -129,7 +148,7 @@ pub fn global_grad_norm<M: Module>(module: &M, grads: &GradientsParams) -> Resul
 /// As [`global_grad_norm`].
 pub(crate) fn squared_norms<M: Module>(
     module: &M,
-    grads: &GradientsParams,
+    grads: &mut GradientsParams,
     sets: &[&HashSet<ParamId>],
 ) -> Result<Vec<f64>> {
     let mut v = SquaredNorms {
@@ -228,7 +247,7 @@ mod tests {
         let expected = (9.0f64 + 9.0 + 1.0 + 4.0 + 16.0 + 36.0).sqrt(); // √75
         let pre = clip_grad_norm(&m, &mut grads, 1.0).unwrap();
         assert!((pre - expected).abs() < 1e-6, "{pre}");
-        let after = global_grad_norm(&m, &grads).unwrap();
+        let after = global_grad_norm(&m, &mut grads).unwrap();
         assert!(after <= 1.0 + 1e-4 && after > 0.99, "{after}");
         // The direction is kept: every gradient is scaled by the same factor.
         let ga: Vec<f32> = grads
@@ -265,8 +284,8 @@ mod tests {
         let shift = Tensor::<1>::from_floats(ones.as_slice(), &dev);
         let loss = (m.a.val().square().mul_scalar(0.5) + m.a.val() * shift).sum()
             + m.b.val().sum().mul_scalar(0.0);
-        let grads = GradientsParams::from_grads(loss.backward(), &m);
-        let norm = global_grad_norm(&m, &grads).unwrap();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &m);
+        let norm = global_grad_norm(&m, &mut grads).unwrap();
         assert_eq!(norm, (1e8f64 + 16.0).sqrt());
     }
 
@@ -297,7 +316,7 @@ mod tests {
     fn small_gradients_are_untouched() {
         let (m, mut grads) = setup();
         let pre = clip_grad_norm(&m, &mut grads, 100.0).unwrap();
-        let after = global_grad_norm(&m, &grads).unwrap();
+        let after = global_grad_norm(&m, &mut grads).unwrap();
         assert_eq!(pre, after);
     }
 }

@@ -501,7 +501,7 @@ impl<M: Module> Core<M> {
     /// groups (a pipeline of tensor-parallel stages) each group sums its ranks' own squares and
     /// what the group inside summed: the slices' over a stage, then with the stage's layers' over
     /// the pipeline.
-    fn grad_norm(&self, grads: &GradientsParams) -> Result<f64> {
+    fn grad_norm(&self, grads: &mut GradientsParams) -> Result<f64> {
         if self.parts.is_empty() {
             return global_grad_norm(self.module()?, grads);
         }
@@ -604,9 +604,9 @@ impl<M: Module> Core<M> {
 
     /// Global-norm clipping, then one AdamW update at the scheduled learning rate, the clip
     /// coefficient applied inside the update's pass. A non-finite gradient norm skips the update.
-    pub(crate) fn apply(&mut self, grads: GradientsParams) -> Result<Applied> {
+    pub(crate) fn apply(&mut self, mut grads: GradientsParams) -> Result<Applied> {
         let lr = lr_at(&self.config, self.step);
-        let grad_norm = self.grad_norm(&grads)?;
+        let grad_norm = self.grad_norm(&mut grads)?;
         self.grad_scale.set(
             self.config
                 .max_grad_norm
