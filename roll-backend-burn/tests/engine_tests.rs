@@ -346,10 +346,13 @@ fn weight_sync_versions_and_in_flight_policies() {
             assert_eq!(e.weight_version(), WeightVersion(0));
             let old = run(&e, &[7, 8, 9], sampled(40, 3));
             // Long enough to be still running when the sync lands (converting the weights
-            // takes longer than 40 tiny-model steps); a seeded request's first 40 tokens are
-            // those of the 40-token one.
+            // takes longer than 40 tiny-model steps; the CPU decoder, the fastest, once
+            // finished 200 first with the other tests of this file running beside it on two
+            // cores, so it runs to near the fixture's 512 positions); a seeded request's first
+            // 40 tokens are those of the 40-token one.
+            let long = if kind == DecoderKind::Cpu { 500 } else { 200 };
             let mut in_flight = e
-                .submit(GenerationRequest::new(vec![7, 8, 9], sampled(200, 3)))
+                .submit(GenerationRequest::new(vec![7, 8, 9], sampled(long, 3)))
                 .unwrap();
             // Make sure it has started before the sync.
             match in_flight.next_event_blocking() {
