@@ -91,6 +91,7 @@ async fn an_agentic_run_on_frozen_lake_trains_evaluates_and_checkpoints() {
     for step in &summary.rl {
         assert!(step.metrics["actor/trained_tokens"] > 0.0, "{step}");
         assert_eq!(step.metrics["rollout/samples_failed"], 0.0);
+        assert!(step.metrics["rollout/env_s"] > 0.0, "{step}");
     }
     // Held-out episodes before and after RL, written beside the metrics.
     let labels: Vec<&str> = summary.evals.iter().map(|e| e.label.as_str()).collect();

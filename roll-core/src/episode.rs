@@ -18,6 +18,7 @@ use crate::{
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Limits and sampling of one episode.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,9 +107,10 @@ impl EpisodeIds {
 }
 
 /// Plays one episode of `env` with `policy` and returns the trajectory: the reward is the sum of
-/// step rewards, `info` holds `episode_end`, `episode_score` (that sum), `turns`, and `success`
-/// when the environment reports one (the `success` info of its last step, as ROLL's
-/// environments do).
+/// step rewards, `info` holds `episode_end`, `episode_score` (that sum), `turns`, `env_s` (the
+/// wall time of the environment's `reset` and `step` calls, in seconds: what the environment cost
+/// the episode, apart from generation), and `success` when the environment reports one (the
+/// `success` info of its last step, as ROLL's environments do).
 ///
 /// # Errors
 /// If the environment fails, the policy fails, or the tokenizer cannot render the conversation.
@@ -121,7 +123,9 @@ pub async fn play_episode(
     config: &EpisodeConfig,
     abort: &AbortSignal,
 ) -> Result<Trajectory> {
+    let started = Instant::now();
     let first = env.reset(ids.seed)?;
+    let mut env_time = started.elapsed();
     let (mut transcript, prompt_ids) =
         Transcript::start(tokenizer, config.system_prompt.as_deref(), &first.text)?;
     let prompt = Arc::new(Prompt::new(
@@ -171,7 +175,9 @@ pub async fn play_episode(
         }
         let action = tokenizer.decode(&generation.token_ids[..content_len])?;
         let generated_text = tokenizer.decode(&generation.token_ids)?;
+        let started = Instant::now();
         let step = env.step(&action)?;
+        env_time += started.elapsed();
         total += step.reward;
         if let Some(success) = step
             .info
@@ -213,6 +219,8 @@ pub async fn play_episode(
     traj.info
         .insert("episode_score".into(), f64::from(total).into());
     traj.info.insert("turns".into(), traj.turns().len().into());
+    traj.info
+        .insert("env_s".into(), env_time.as_secs_f64().into());
     if let Some(success) = succeeded {
         traj.info.insert("success".into(), success.into());
     }

@@ -448,6 +448,58 @@ async fn the_watchdog_reports_reward_calls_waiting_past_its_bound() {
     );
 }
 
+/// An [`EchoEnv`] whose `reset` and `step` each take `delay`.
+struct SlowEnv {
+    inner: EchoEnv,
+    delay: Duration,
+}
+
+impl Env for SlowEnv {
+    fn reset(&mut self, seed: u64) -> roll_core::Result<roll_core::Observation> {
+        std::thread::sleep(self.delay);
+        self.inner.reset(seed)
+    }
+
+    fn step(&mut self, action: &str) -> roll_core::Result<roll_core::StepResult> {
+        std::thread::sleep(self.delay);
+        self.inner.step(action)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_episode_records_the_time_its_environment_took() {
+    let policy = MockPolicy::digits();
+    let mut env = SlowEnv {
+        inner: EchoEnv::new(3),
+        delay: Duration::from_millis(40),
+    };
+    let ids = EpisodeIds {
+        sample: SampleId(0),
+        group: GroupId(0),
+        seed: 1,
+    };
+    let config = EpisodeConfig {
+        max_turns: 5,
+        max_tokens_per_turn: 4,
+        ..Default::default()
+    };
+    let traj = play_episode(
+        &policy,
+        &ByteTokenizer,
+        &mut env,
+        ids,
+        &config,
+        &AbortSignal::never(),
+    )
+    .await
+    .unwrap();
+    // A reset and three steps of 40 ms each; generation (the mock's) is not counted, so the
+    // recorded time stays well under what a fifth call would add.
+    let env_s = traj.info["env_s"].as_f64().unwrap();
+    assert_eq!(traj.turns().len(), 3);
+    assert!((0.16..0.4).contains(&env_s), "env_s {env_s}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_episode_ends_before_its_trajectory_outgrows_the_context() {
     let policy = MockPolicy::digits();

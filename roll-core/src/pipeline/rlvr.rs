@@ -318,7 +318,7 @@ impl RlvrPipeline {
         if let Some(kl) = batch_stats.token_kl_mean {
             add("batch/token_kl_mean", f64::from(kl));
         }
-        // Episodes (trajectories that record their turns): turns per episode, and the share
+        // Episodes (trajectories that record their turns): turns per episode, the share
         // whose environment reported a success (an episode that never said counts as not
         // solved, as in the held-out evaluation).
         let episodes: Vec<&&Sample> = samples
@@ -339,6 +339,13 @@ impl RlvrPipeline {
                 .count();
             add("episode/turns_mean", turns / n);
             add("episode/success_rate", solved as f64 / n);
+            // The environments' reset and step calls, summed over the batch's episodes (they
+            // run concurrently, like the reward calls of `rollout/reward_s`).
+            let env_time: f64 = episodes
+                .iter()
+                .filter_map(|s| s.info.get("env_s").and_then(serde_json::Value::as_f64))
+                .sum();
+            add("rollout/env_s", env_time);
         }
         for (domain, d) in domain_metrics(&batch.groups) {
             add(&format!("domain/{domain}/prompts"), d.groups as f64);
