@@ -100,7 +100,7 @@ def packed():
 for name, f in [("packed", packed), ("padded", padded)]:
     t = med(f, 5); print(f"{which} train mixed 16-256 {name}: {t:.3f} s, {real/t:.0f} real tok/s", flush=True)
 
-for (mm, kk, nn) in [(2048, 512, 1408)] + ([(4096, 4096, 4096)] if cuda else []):
+for (mm, kk, nn) in [(2048, 512, 1408), (1024, 128, 704), (1024, 352, 128)] + ([(4096, 4096, 4096)] if cuda else []):
     a = torch.randn(mm, kk, device=dev); w = torch.randn(kk, nn, device=dev)
     p = med(lambda: a @ w, 20)
     print(f"matmul {mm}x{kk}x{nn}: {p*1e3:.3f} ms, {2*mm*kk*nn/p/1e9:.1f} GFLOP/s", flush=True)

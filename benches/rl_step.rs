@@ -95,6 +95,9 @@ struct Parts {
     sync: f64,
     probe: f64,
     train: f64,
+    sequences: f64,
+    trained_tokens: f64,
+    aborted: f64,
 }
 
 impl Parts {
@@ -109,6 +112,9 @@ impl Parts {
         self.sync += metric("actor/time/weight_sync_s");
         self.probe += metric("actor/time/gap_probe_s");
         self.train += report.train_time.as_secs_f64();
+        self.sequences += metric("actor/sequences");
+        self.trained_tokens += metric("actor/trained_tokens");
+        self.aborted += metric("rollout/samples_aborted");
     }
 
     /// The mean step's parts in milliseconds: the rollout's wall time (generation, with the
@@ -134,6 +140,17 @@ impl Parts {
             ms(self.sync),
             ms(self.probe),
             ms(rest),
+        );
+        // What a step computes, for its model-FLOPs count: the trained samples' response tokens
+        // (their prompts are `Q: a+b=? A:`, 7 tokens and the digits), and the samples generated
+        // and then aborted when their group was already complete.
+        let mean = |x: f64| x / f64::from(self.steps);
+        println!(
+            "rl_step work per step: {:.1} sequences trained, {:.1} response tokens trained, {:.1} \
+             samples aborted",
+            mean(self.sequences),
+            mean(self.trained_tokens),
+            mean(self.aborted),
         );
     }
 }

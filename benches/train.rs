@@ -8,7 +8,9 @@
 //! Beside it, in the same run:
 //! - `matmul_peak`: one GEMM of the 28M config's gate/up shape (`[2048, 512]·[512, 1408]`) and
 //!   of 2048³, through Flex's matmul and through roll's own GEMM (what the fast paths run),
-//!   whose FLOP/s is the peak the train step's model-FLOPs utilisation is measured against;
+//!   whose FLOP/s is the peak the train step's model-FLOPs utilisation is measured against; and
+//!   through roll's GEMM the tiny model's MLP products over ~1,000 tokens (`[1024, 128]·[128, 704]`,
+//!   `[1024, 352]·[352, 128]`), the narrow shapes of a `rl_step` GRPO step;
 //! - `train_step_mixed`: 16 sequences of 16, 32, …, 256 tokens (2,176 in all) on the fused path,
 //!   **packed** end to end as the trainer does, and **padded** to 256 each (4,096 tokens, padding
 //!   masked out of the loss) as a padded batch would be; throughput counts the 2,176 real tokens;
@@ -168,7 +170,14 @@ fn bench(c: &mut Criterion) {
     // roll's own GEMM (what the decoder and the fused training path run), same shapes; the
     // right operand packed once, as the decoder's weights are.
     use roll_backend_burn::engine::cpu::gemm::{Init, MatRef, PackedB, matmul};
-    for (m, k, n) in [(2048usize, 512usize, 1408usize), (2048, 2048, 2048)] {
+    // And the tiny model's MLP products over a GRPO step's ~1,000 tokens (its fused gate|up
+    // projection and its down projection): the rate at the shapes `rl_step` runs.
+    for (m, k, n) in [
+        (2048usize, 512usize, 1408usize),
+        (2048, 2048, 2048),
+        (1024, 128, 704),
+        (1024, 352, 128),
+    ] {
         let a: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
             .collect();
