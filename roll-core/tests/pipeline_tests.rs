@@ -448,6 +448,25 @@ async fn the_watchdog_reports_reward_calls_waiting_past_its_bound() {
     );
 }
 
+/// An episode of `env` played by the digits mock with the byte tokenizer, never aborted.
+async fn play_digits(
+    env: &mut dyn Env,
+    ids: EpisodeIds,
+    config: &EpisodeConfig,
+) -> roll_core::Trajectory {
+    let policy = MockPolicy::digits();
+    play_episode(
+        &policy,
+        &ByteTokenizer,
+        env,
+        ids,
+        config,
+        &AbortSignal::never(),
+    )
+    .await
+    .unwrap()
+}
+
 /// An [`EchoEnv`] whose `reset` and `step` each take `delay`.
 struct SlowEnv {
     inner: EchoEnv,
@@ -468,7 +487,6 @@ impl Env for SlowEnv {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_episode_records_the_time_its_environment_took() {
-    let policy = MockPolicy::digits();
     let mut env = SlowEnv {
         inner: EchoEnv::new(3),
         delay: Duration::from_millis(40),
@@ -483,16 +501,7 @@ async fn an_episode_records_the_time_its_environment_took() {
         max_tokens_per_turn: 4,
         ..Default::default()
     };
-    let traj = play_episode(
-        &policy,
-        &ByteTokenizer,
-        &mut env,
-        ids,
-        &config,
-        &AbortSignal::never(),
-    )
-    .await
-    .unwrap();
+    let traj = play_digits(&mut env, ids, &config).await;
     // A reset and three steps of 40 ms each; generation (the mock's) is not counted, so the
     // recorded time stays well under what a fifth call would add.
     let env_s = traj.info["env_s"].as_f64().unwrap();
@@ -502,7 +511,6 @@ async fn an_episode_records_the_time_its_environment_took() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_episode_ends_before_its_trajectory_outgrows_the_context() {
-    let policy = MockPolicy::digits();
     let mut env = EchoEnv::new(50);
     let ids = EpisodeIds {
         sample: SampleId(1),
@@ -514,32 +522,14 @@ async fn an_episode_ends_before_its_trajectory_outgrows_the_context() {
         max_tokens_per_turn: 4,
         ..Default::default()
     };
-    let unbounded = play_episode(
-        &policy,
-        &ByteTokenizer,
-        &mut env,
-        ids,
-        &long,
-        &AbortSignal::never(),
-    )
-    .await
-    .unwrap();
+    let unbounded = play_digits(&mut env, ids, &long).await;
     let length = |t: &roll_core::Trajectory| t.prompt_ids.len() + t.response().len();
     let context = length(&unbounded) / 2;
     let short = EpisodeConfig {
         max_context_tokens: context,
         ..long
     };
-    let traj = play_episode(
-        &policy,
-        &ByteTokenizer,
-        &mut env,
-        ids,
-        &short,
-        &AbortSignal::never(),
-    )
-    .await
-    .unwrap();
+    let traj = play_digits(&mut env, ids, &short).await;
     assert_eq!(traj.info["episode_end"], "context_full");
     assert!(length(&traj) <= context, "{} > {context}", length(&traj));
     assert!(traj.turns().len() > 1 && traj.turns().len() < unbounded.turns().len());
