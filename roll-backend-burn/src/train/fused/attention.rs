@@ -7,6 +7,7 @@
 //! `dP = dO·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = s·dS·k`, `dk = s·dSᵀ·q`, `dv = Pᵀ·dO`.
 //! One task per (sequence, key/value head) owns its `dk`/`dv` rows, so tasks never share output.
 
+use crate::engine::cpu::vectorized;
 use rayon::prelude::*;
 
 /// Head counts and width.
@@ -41,8 +42,10 @@ fn tasks(seqs: usize, kv_heads: usize) -> Vec<(usize, usize)> {
 pub(crate) type Probs = Vec<f32>;
 
 /// `a·b` over [`DOT_LANES`] interleaved partial sums: independent chains the compiler keeps in
-/// vector lanes (one serial chain of `d` additions waits on each add's latency). The backward
-/// only: the forward is the decoder's, whose order the engine shares.
+/// vector lanes (one serial chain of `d` additions waits on each add's latency). The order of
+/// the backward's `dP` products, which [`dots`] computes eight at a time (the forward is the
+/// decoder's, whose order the engine shares); the tests hold `dots` to it bit for bit.
+#[cfg(test)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; DOT_LANES];
     let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
@@ -62,6 +65,50 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// Partial sums of [`dot`].
 const DOT_LANES: usize = 8;
+
+/// Columns of [`dots`] computed together: one AVX2 vector of f32.
+const DOT_COLUMNS: usize = 8;
+
+/// `out[t] = dot(a, column t of b_t)` for every `t < out.len()`, [`DOT_COLUMNS`] columns at a
+/// time, where `b_t` is `[a.len(), stride]` (rows of `B` transposed, zero-padded to `stride`, a
+/// multiple of [`DOT_COLUMNS`] at least `out.len()` rounded up to one). Each result is [`dot`]'s
+/// chain of operations — lane `l`'s partial sum of `a[8c + l]·b[8c + l]` in order of `c`, the
+/// lanes added in order, then the tail's sum — so the same bits; but the lanes' final additions,
+/// which [`dot`] makes one after the other for each column, run here across eight columns at once.
+#[inline(always)]
+fn dots(a: &[f32], b_t: &[f32], stride: usize, out: &mut [f32]) {
+    let d = a.len();
+    let whole = d - d % DOT_LANES;
+    // The value `Iterator::sum` starts from, as `dot`'s sums do.
+    let zero: f32 = std::iter::empty::<f32>().sum();
+    for (t0, out) in (0..).step_by(DOT_COLUMNS).zip(out.chunks_mut(DOT_COLUMNS)) {
+        let column = |e: usize| &b_t[e * stride + t0..][..DOT_COLUMNS];
+        let mut acc = [[0.0f32; DOT_COLUMNS]; DOT_LANES];
+        for c in (0..whole).step_by(DOT_LANES) {
+            for (l, lane) in acc.iter_mut().enumerate() {
+                let (x, col) = (a[c + l], column(c + l));
+                for (s, &y) in lane.iter_mut().zip(col) {
+                    *s += x * y;
+                }
+            }
+        }
+        let mut sum = [zero; DOT_COLUMNS];
+        for lane in &acc {
+            for (s, &v) in sum.iter_mut().zip(lane) {
+                *s += v;
+            }
+        }
+        let mut tail = [zero; DOT_COLUMNS];
+        for (e, &x) in a.iter().enumerate().skip(whole) {
+            for (s, &y) in tail.iter_mut().zip(column(e)) {
+                *s += x * y;
+            }
+        }
+        for ((o, s), t) in out.iter_mut().zip(sum).zip(tail) {
+            *o = s + t;
+        }
+    }
+}
 
 /// The gradient of `q|k|v` (`[tokens, (heads + 2·kv_heads)·d]`, the layout of `qkv`, the
 /// values attention read) from `dO` (`[tokens, heads·d]`).
@@ -84,40 +131,52 @@ pub(crate) fn backward(
     let parts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
         .map(|&(s, j)| {
-            let (start, len) = seqs[s];
-            let mut dq = vec![0.0f32; rep * len * d];
-            let mut dk = vec![0.0f32; len * d];
-            let mut dv = vec![0.0f32; len * d];
-            let krow = |t: usize| &qkv[(start + t) * width + k_at + j * d..][..d];
-            let vrow = |t: usize| &qkv[(start + t) * width + v_at + j * d..][..d];
-            let mut ds = vec![0.0f32; len];
-            for r in 0..rep {
-                let h = j * rep + r;
-                for i in 0..len {
-                    let qi = &qkv[(start + i) * width + h * d..][..d];
-                    let doi = &d_out[(start + i) * heads * d + h * d..][..d];
-                    let p = &probs[start + i][h * (i + 1)..][..=i];
-                    let mut sum = 0.0f32;
-                    for t in 0..=i {
-                        ds[t] = dot(doi, vrow(t));
-                        sum += ds[t] * p[t];
+            // Compiled with the widest vector instructions the CPU has (element-wise loops and
+            // sums in a fixed order: the same bits on every CPU).
+            vectorized!(|| {
+                let (start, len) = seqs[s];
+                let mut dq = vec![0.0f32; rep * len * d];
+                let mut dk = vec![0.0f32; len * d];
+                let mut dv = vec![0.0f32; len * d];
+                let krow = |t: usize| &qkv[(start + t) * width + k_at + j * d..][..d];
+                // The values transposed, `[d, stride]`, for `dP = dO·vᵀ` eight positions at a time.
+                let stride = len.next_multiple_of(DOT_COLUMNS);
+                let mut v_t = vec![0.0f32; d * stride];
+                for t in 0..len {
+                    let v = &qkv[(start + t) * width + v_at + j * d..][..d];
+                    for (e, &x) in v.iter().enumerate() {
+                        v_t[e * stride + t] = x;
                     }
-                    let dqi = &mut dq[(r * len + i) * d..][..d];
-                    for t in 0..=i {
-                        let g = p[t] * (ds[t] - sum) * scale;
-                        for (a, &b) in dqi.iter_mut().zip(krow(t)) {
-                            *a += g * b;
+                }
+                let mut ds = vec![0.0f32; stride];
+                for r in 0..rep {
+                    let h = j * rep + r;
+                    for i in 0..len {
+                        let qi = &qkv[(start + i) * width + h * d..][..d];
+                        let doi = &d_out[(start + i) * heads * d + h * d..][..d];
+                        let p = &probs[start + i][h * (i + 1)..][..=i];
+                        dots(doi, &v_t, stride, &mut ds[..=i]);
+                        let mut sum = 0.0f32;
+                        for (&x, &pt) in ds.iter().zip(p) {
+                            sum += x * pt;
                         }
-                        for (a, &b) in dk[t * d..][..d].iter_mut().zip(qi) {
-                            *a += g * b;
-                        }
-                        for (a, &b) in dv[t * d..][..d].iter_mut().zip(doi) {
-                            *a += p[t] * b;
+                        let dqi = &mut dq[(r * len + i) * d..][..d];
+                        for t in 0..=i {
+                            let g = p[t] * (ds[t] - sum) * scale;
+                            for (a, &b) in dqi.iter_mut().zip(krow(t)) {
+                                *a += g * b;
+                            }
+                            for (a, &b) in dk[t * d..][..d].iter_mut().zip(qi) {
+                                *a += g * b;
+                            }
+                            for (a, &b) in dv[t * d..][..d].iter_mut().zip(doi) {
+                                *a += p[t] * b;
+                            }
                         }
                     }
                 }
-            }
-            (dq, dk, dv)
+                (dq, dk, dv)
+            })
         })
         .collect();
     let mut dqkv = vec![0.0f32; qkv.len()];
@@ -223,6 +282,40 @@ mod tests {
             let [q, k, v] = split(qkv);
             loss(&q, &k, &v)
         });
+    }
+
+    /// `dots` is `dot` column by column, bit for bit: widths below, at and off the lane count,
+    /// column counts below, at and off a block of eight, values of mixed signs and magnitudes.
+    #[test]
+    fn dots_are_dot_bit_for_bit() {
+        for (d, n) in [
+            (3usize, 5usize),
+            (8, 8),
+            (12, 13),
+            (32, 17),
+            (64, 1),
+            (37, 24),
+        ] {
+            let stride = n.next_multiple_of(DOT_COLUMNS);
+            let a: Vec<f32> = random(d, 31).iter().map(|x| x * 1e3).collect();
+            let rows = random(n * d, 32);
+            let mut b_t = vec![0.0f32; d * stride];
+            for t in 0..n {
+                for e in 0..d {
+                    b_t[e * stride + t] = rows[t * d + e] * (1.0 + e as f32);
+                }
+            }
+            let mut out = vec![0.0f32; n];
+            dots(&a, &b_t, stride, &mut out);
+            for (t, &got) in out.iter().enumerate() {
+                let row: Vec<f32> = (0..d).map(|e| b_t[e * stride + t]).collect();
+                assert_eq!(
+                    got.to_bits(),
+                    dot(&a, &row).to_bits(),
+                    "d {d}, column {t} of {n}"
+                );
+            }
+        }
     }
 
     #[test]
