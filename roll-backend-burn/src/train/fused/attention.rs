@@ -63,7 +63,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Partial sums of [`dot`].
+/// Partial sums of each `dP` dot product (see [`dots`]).
 const DOT_LANES: usize = 8;
 
 /// Columns of [`dots`] computed together: one AVX2 vector of f32.
@@ -71,10 +71,11 @@ const DOT_COLUMNS: usize = 8;
 
 /// `out[t] = dot(a, column t of b_t)` for every `t < out.len()`, [`DOT_COLUMNS`] columns at a
 /// time, where `b_t` is `[a.len(), stride]` (rows of `B` transposed, zero-padded to `stride`, a
-/// multiple of [`DOT_COLUMNS`] at least `out.len()` rounded up to one). Each result is [`dot`]'s
+/// multiple of [`DOT_COLUMNS`] at least `out.len()` rounded up to one). Each result is `dot`'s
 /// chain of operations — lane `l`'s partial sum of `a[8c + l]·b[8c + l]` in order of `c`, the
 /// lanes added in order, then the tail's sum — so the same bits; but the lanes' final additions,
-/// which [`dot`] makes one after the other for each column, run here across eight columns at once.
+/// which `dot` (the tests' specification) makes one after the other for each column, run here
+/// across eight columns at once.
 #[inline(always)]
 fn dots(a: &[f32], b_t: &[f32], stride: usize, out: &mut [f32]) {
     let d = a.len();
