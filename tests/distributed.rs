@@ -177,6 +177,7 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
     assert_eq!(generated.len(), 2);
     for s in &generated {
         assert_eq!((s.weight_syncs, s.version), (3, WeightVersion(2)), "{s:?}");
+        assert_eq!(s.expert_parallel, 1, "{s:?}");
         assert!(s.requests > 0, "both ranks generated: {generated:?}");
     }
 
@@ -434,6 +435,43 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     );
     let worst = max_param_diff(&alone_model, &model);
     assert!(worst <= 1e-5, "beside a rollout rank: differs by {worst}");
+    // One trainer, and two rollout ranks holding half the experts each: every request runs on
+    // one of them, its mixtures' tokens travel to the other's experts and back, and their
+    // engines step together. The same samples, and the same weights, as one process.
+    let out = out_dir("moe-rollout-experts");
+    let overrides = [
+        source.as_str(),
+        "rollout.ranks=2",
+        "rollout.expert_parallel=2",
+    ];
+    let (reports, model, served) = led_run(config(&out, &overrides), 3).await;
+    outs.push(out);
+    same_steps(
+        &alone_reports,
+        &reports,
+        &["actor/trained_tokens", "actor/sequences", "reward/mean"],
+    );
+    for b in &reports {
+        assert_eq!(b.metrics["actor/train_infer_logprob_gap"], 0.0);
+    }
+    let generated: Vec<_> = served
+        .iter()
+        .map(|f| match f {
+            Followed::Generated(s) => *s,
+            other => panic!("a rollout rank trained: {other:?}"),
+        })
+        .collect();
+    assert_eq!(generated.len(), 2);
+    for s in &generated {
+        assert_eq!((s.weight_syncs, s.version), (3, WeightVersion(2)), "{s:?}");
+        assert_eq!(s.expert_parallel, 2, "{s:?}");
+        assert!(s.requests > 0, "both ranks generated: {generated:?}");
+    }
+    let worst = max_param_diff(&alone_model, &model);
+    assert!(
+        worst <= 1e-5,
+        "experts divided among rollout ranks: differs by {worst}"
+    );
     // Two copies of the two blocks of experts over four training ranks, the experts' gradients
     // summed over the ranks holding the same block; stopped after a step and resumed (the
     // first copy writes the parts, both read them).
@@ -627,6 +665,15 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         (
             &["model.expert_parallel=2"][..],
             "a divisor of the 3 training processes",
+        ),
+        (
+            &["rollout.ranks=1", "rollout.expert_parallel=2"][..],
+            "a divisor of rollout.ranks (1)",
+        ),
+        // A dense model has no experts to divide.
+        (
+            &["rollout.ranks=2", "rollout.expert_parallel=2"][..],
+            "1 for this model (qwen2 with 0 experts)",
         ),
     ] {
         let err = ConfigLoader::new()

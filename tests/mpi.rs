@@ -16,8 +16,9 @@
 //!    the same weights too; then two SFT steps before the two GRPO steps (`[sft]`), colocated
 //!    and disaggregated, which must end on the same weights as each other;
 //! 4. runs two GRPO steps of a Qwen3-MoE over the three ranks, data parallel with its experts
-//!    whole and with its experts divided among the ranks (`model.expert_parallel=3`), which must
-//!    end on the same weights; then a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
+//!    whole, with its experts divided among the ranks (`model.expert_parallel=3`), and with one
+//!    training rank and two rollout ranks holding half the experts each, their engines stepping
+//!    together (`rollout.expert_parallel=2`), which must all end on the same weights; then a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
 //!    and checks it against the whole model's forward; then trains it two steps, each rank on its
 //!    own sequences, and checks the gathered model against one trainer's on all of them;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
@@ -74,7 +75,7 @@ fn main() -> ExitCode {
         "rank 2: served 2 steps",
         "rank 0: led 2 disaggregated GRPO steps, the same weights as colocated",
         "rank 0: led 2 GRPO steps over 3 pipeline stages, the same weights as colocated",
-        "rank 2: generated for 2 steps, serving weight version 2",
+        "rank 2: generated for 2 steps, serving weight version 2 with the whole model",
         "rank 1: served 4 steps",
         "rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike",
         "rank 0: expert-parallel forward equals the whole model",
@@ -83,6 +84,9 @@ fn main() -> ExitCode {
         "rank 0: expert-parallel training over 3 processes equals one trainer",
         "rank 0: led 2 GRPO steps with the experts divided over 3 processes",
         "rank 2: served 2 steps holding Experts",
+        "rank 0: led 2 GRPO steps with the experts divided over 2 rollout processes",
+        "rank 1: generated for 2 steps, serving weight version 2 with 1/2 of the experts",
+        "rank 2: generated for 2 steps, serving weight version 2 with 1/2 of the experts",
         "rank 0: tensor-parallel forward and training step equal the whole model's",
         "rank 1: tensor-parallel forward and training step equal the whole model's",
         "rank 0: pipeline stage of layers 0..1 trains as the whole model",
@@ -178,10 +182,14 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         );
         println!("rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike");
     }
-    if let Some(worst) = expert_parallel_run(&group)? {
+    if let Some([worst, rollout]) = expert_parallel_run(&group)? {
         println!(
             "rank 0: led 2 GRPO steps with the experts divided over 3 processes, the same \
              weights as data parallel (max |Δ| {worst:e})"
+        );
+        println!(
+            "rank 0: led 2 GRPO steps with the experts divided over 2 rollout processes, the \
+             same weights as data parallel (max |Δ| {rollout:e})"
         );
     }
     let (worst, trained) = expert_parallel_forward(&group)?;
@@ -426,10 +434,15 @@ fn grpo_run_across_ranks(
                 println!("rank {}: served {steps} steps{part}", group.rank())
             }
             Followed::Generated(s) => println!(
-                "rank {}: generated for {} steps, serving weight version {} ({} requests)",
+                "rank {}: generated for {} steps, serving weight version {} with {} ({} \
+                 requests)",
                 group.rank(),
                 s.weight_syncs - 1,
                 s.version.0,
+                match s.expert_parallel {
+                    1 => "the whole model".to_string(),
+                    e => format!("1/{e} of the experts"),
+                },
                 s.requests
             ),
         }
@@ -473,9 +486,10 @@ fn rank0_dir(group: &Arc<dyn Messenger>, name: &str) -> anyhow::Result<std::path
 
 /// Two GRPO steps of a random Qwen3-MoE (`moe_model_dir`, written by rank 0) over
 /// the three ranks, data parallel with the experts whole and with the experts divided among the
-/// ranks (`model.expert_parallel=3`: 4 experts as 1 + 1 + 2); rank 0 returns how far apart the
-/// two end.
-fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>> {
+/// ranks (`model.expert_parallel=3`: 4 experts as 1 + 1 + 2), then with one training rank and
+/// two rollout ranks holding half the experts each (`rollout.expert_parallel=2`, their engines
+/// stepping together over MPI); rank 0 returns how far apart each ends from the first.
+fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<[f32; 2]>> {
     let base = rank0_dir(group, "mpi-moe-run")?;
     let dir = if group.rank() == 0 {
         std::fs::create_dir_all(&base)?;
@@ -487,8 +501,13 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>
     let source = format!("model.source.path={}", dir.display());
     let whole = grpo_run_across_ranks(group, &[&source], false)?;
     let divided = grpo_run_across_ranks(group, &[&source, "model.expert_parallel=3"], false)?;
+    let rollout = grpo_run_across_ranks(
+        group,
+        &[&source, "rollout.ranks=2", "rollout.expert_parallel=2"],
+        false,
+    )?;
     group.broadcast(&mut Vec::new(), 0)?; // every rank is done with the model
-    let Some((a, b)) = whole.zip(divided) else {
+    let (Some(a), Some(b), Some(c)) = (whole, divided, rollout) else {
         return Ok(None);
     };
     let _ = std::fs::remove_dir_all(&base);
@@ -497,7 +516,12 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<f32>
         worst <= 1e-5,
         "experts divided over the ranks differ from data parallel by {worst}"
     );
-    Ok(Some(worst))
+    let rollout = max_diff(&flat(&a), &flat(&c));
+    anyhow::ensure!(
+        rollout <= 1e-5,
+        "experts divided over the rollout ranks differ from data parallel by {rollout}"
+    );
+    Ok(Some([worst, rollout]))
 }
 
 /// Rank 0 writes a random Qwen3-MoE for every rank to load; each rank runs its own batch through

@@ -18,7 +18,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use roll_backend_burn::engine::cpu::CpuDecoder;
-use roll_backend_burn::engine::{Engine, EngineConfig};
+use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig};
 use roll_backend_burn::train::{LoraConfig, TrainKernels, TrainStepReport, Trainer, TrainerConfig};
 use roll_backend_burn::{
     CausalLm, Device, ExpertSplit, HfConfig, PaddingSide, SaveOptions, TokenBatch, load_model,
@@ -95,7 +95,7 @@ fn expert_parallel_forward_equals_the_whole_model_on_every_rank() {
 }
 
 #[test]
-fn an_expert_parallel_model_refuses_lora_an_engine_saving_and_a_lone_checkpoint() {
+fn an_expert_parallel_model_refuses_lora_the_cpu_decoder_saving_and_a_lone_checkpoint() {
     let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
     let group = LocalGroup::replicas(vec![DeviceSpec::Cpu]).unwrap();
     let strategy: Arc<dyn Strategy> = Arc::new(group[0].clone());
@@ -105,9 +105,16 @@ fn an_expert_parallel_model_refuses_lora_an_engine_saving_and_a_lone_checkpoint(
         Trainer::new(shard.clone(), lora_config(), &device)
             .err()
             .map(|e| e.to_string()),
-        Engine::for_model(&shard, &device, EngineConfig::default(), None)
-            .err()
-            .map(|e| e.to_string()),
+        // Its engines step together on the device decoder (`expert_parallel_engine_tests.rs`).
+        Engine::with_decoder(
+            DecoderKind::Cpu,
+            &shard,
+            &device,
+            EngineConfig::default(),
+            None,
+        )
+        .err()
+        .map(|e| e.to_string()),
         save_model(
             &shard,
             std::env::temp_dir().join("roll-ep-refused"),

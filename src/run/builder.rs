@@ -226,6 +226,23 @@ impl RunBuilder {
         }
         let device = roll_backend_burn::device(plan.model.device)?;
         let source = HfSource::open(&plan.model.dir)?;
+        let experts = match source.config().model_type.as_str() {
+            "qwen3_moe" => source.config().num_experts.unwrap_or(0),
+            _ => 0,
+        };
+        if plan.rollout_experts > 1 && experts < plan.rollout_experts {
+            // Each rollout rank of a group holds at least one expert of every mixture.
+            return Err(Error::InvalidValue {
+                key: "rollout.expert_parallel".into(),
+                value: plan.rollout_experts.to_string(),
+                allowed: format!(
+                    "1 for this model ({} with {experts} experts): the rollout ranks divide a \
+                     mixture of experts' experts, at least one each",
+                    source.config().model_type
+                ),
+                origin: None,
+            });
+        }
         if let (RolloutPlan::Agentic { manager, .. }, Some(context)) =
             (&mut plan.rollout, source.config().max_position_embeddings)
         {
@@ -263,6 +280,8 @@ impl RunBuilder {
                 let trainers = roles.trainer_groups(group, &plan)?.ok_or_else(|| {
                     Error::invalid_data("run", "rank 0 is not among the training ranks")
                 })?;
+                // Rank 0 holds no rollout rank's experts, but forms their groups with the job.
+                roles.rollout_experts(group, &plan)?;
                 let placement = if trainers.all.world_size() > 1 {
                     followers = Some(trainers.all.clone());
                     Placement::Leader {

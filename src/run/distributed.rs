@@ -143,6 +143,33 @@ impl Roles {
         })
     }
 
+    /// This rank's group of rollout ranks holding a mixture's experts divided among them
+    /// (`rollout.expert_parallel`): consecutive rollout ranks, `None` on any other rank or
+    /// without. A collective: every rank calls it once, after [`Roles::trainer_groups`].
+    ///
+    /// # Errors
+    /// A failed collective.
+    pub(crate) fn rollout_experts(
+        &self,
+        job: &Arc<dyn Messenger>,
+        plan: &RunPlan,
+    ) -> Result<Option<Arc<dyn Strategy>>> {
+        let Self::Disaggregated { rollout, .. } = self else {
+            return Ok(None);
+        };
+        let width = plan.rollout_experts;
+        if width <= 1 {
+            return Ok(None);
+        }
+        // Every rank of the job forms every group, in the same order.
+        let mut mine = None;
+        for ranks in rollout.chunks(width) {
+            let group = job.subgroup(ranks)?;
+            mine = mine.or(group.map(|g| -> Arc<dyn Strategy> { g }));
+        }
+        Ok(mine)
+    }
+
     /// This rank's groups as a trainer (`None` on a rollout rank). A collective: every rank
     /// calls it once, after the start is announced.
     ///
@@ -278,6 +305,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     let mut start = receive(group.as_ref(), "the run's start")?;
     let device = roll_backend_burn::device(plan.model.device)?;
     let trainers = roles.trainer_groups(group, &plan)?;
+    let experts = roles.rollout_experts(group, &plan)?;
     let Some(trainers) = trainers else {
         *role = "rollout";
         // The architecture and tokenizer come from the model directory; the weights from
@@ -288,8 +316,12 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
         }
         let tokenizer: Arc<dyn Tokenizer> = Arc::new(tokenizer);
-        let served = RolloutServer::new(template, Some(tokenizer), plan.engine.clone(), device)
-            .serve(group.as_ref(), 0)?;
+        let mut server = RolloutServer::new(template, Some(tokenizer), plan.engine.clone(), device);
+        if let Some(experts) = experts {
+            *role = "rollout rank holding some of the experts";
+            server = server.with_experts(experts)?;
+        }
+        let served = server.serve(group.as_ref(), 0)?;
         tracing::info!(
             rank = group.rank(),
             requests = served.requests,

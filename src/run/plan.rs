@@ -141,6 +141,9 @@ pub struct RunPlan {
     /// Processes of a run across processes that only generate, the last of the job
     /// (`rollout.ranks`).
     pub rollout_ranks: usize,
+    /// Rollout ranks holding each mixture's experts divided among them, as one group stepping
+    /// together (`rollout.expert_parallel`; 1: each holds the whole model).
+    pub rollout_experts: usize,
     /// The supervised warm start, if any.
     pub sft: Option<SftPlan>,
 }
@@ -247,6 +250,7 @@ impl RunPlan {
             },
             rollout,
             rollout_ranks: config.rollout.ranks as usize,
+            rollout_experts: config.rollout.expert_parallel as usize,
             sft: config.sft.as_ref().map(|sft| {
                 let mut trainer = TrainerConfig::from_config(config);
                 trainer.lr = sft.learning_rate;

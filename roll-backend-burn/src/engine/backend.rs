@@ -13,6 +13,8 @@
 
 use super::sampler::{Draw, SampledToken, pick_rows};
 use crate::Result;
+use roll_core::strategy::Strategy;
+use std::sync::Arc;
 
 /// Identifies one sequence's entries in a cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,6 +92,18 @@ pub trait DecodeBackend: Send + Sync + 'static {
     ) -> Result<Vec<Option<Result<SampledToken>>>> {
         let logits = self.forward(cache, inputs)?;
         Ok(pick_rows(&logits, self.vocab_size(), draws))
+    }
+
+    /// The ranks whose engines this backend's forward exchanges with — an expert-parallel
+    /// model's group ([`CausalLm::shard_experts`](crate::CausalLm::shard_experts)) — or `None`
+    /// (the default) for a backend that computes alone.
+    ///
+    /// With peers, the engines step together (see [`lockstep`](super::lockstep)): in every step
+    /// each rank calls [`DecodeBackend::forward_sample`] once per weight version the group has
+    /// in use, in version order, **even with no inputs of its own**, and the backend takes part
+    /// in its exchanges whatever its own inputs are (a rank with fewer serves the others').
+    fn peers(&self) -> Option<Arc<dyn Strategy>> {
+        None
     }
 
     /// Frees a sequence's cache entries (unknown ids are ignored).

@@ -11,9 +11,13 @@
 //!    retires sequences that hit a stop token, a stop string or their length limit.
 //!
 //! Requests therefore join and leave the running batch one by one, between any two steps.
+//!
+//! Where the weights exchange with other ranks' engines ([`DecodeBackend::peers`]), the ranks
+//! agree before each step and step together: see [`lockstep`](super::lockstep).
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use super::config::{EngineConfig, InFlightPolicy};
+use super::lockstep::{Local, Lockstep};
 use super::prefix::{PrefixMatch, PrefixPark};
 use super::request::GenerationEvent;
 use super::sampler::{SampledToken, SplitMix64, TokenSampler};
@@ -57,6 +61,18 @@ pub(super) struct SharedStats {
     pub reused_tokens: AtomicU64,
     pub running: AtomicU64,
     pub queued: AtomicU64,
+    /// Why the engine thread stopped on its own, when it did (its peers were gone).
+    pub stopped: std::sync::Mutex<Option<String>>,
+}
+
+impl SharedStats {
+    /// Why the engine stopped, for an error to a caller.
+    pub(super) fn stop_reason(&self) -> String {
+        match self.stopped.lock().ok().and_then(|r| r.clone()) {
+            Some(reason) => format!("the engine thread has stopped: {reason}"),
+            None => "the engine thread has stopped".to_string(),
+        }
+    }
 }
 
 struct Sequence<B> {
@@ -94,6 +110,7 @@ fn aborted(sub: &Submission) -> bool {
 /// Sequences that share weights, and how many tokens each feeds this step.
 struct Group<B> {
     weights: Arc<B>,
+    version: WeightVersion,
     members: Vec<(usize, usize)>,
 }
 
@@ -121,6 +138,8 @@ pub(super) struct EngineLoop<B: DecodeBackend> {
     /// Where the next step starts serving decode tokens (round robin under a tight budget).
     decode_cursor: usize,
     stats: Arc<SharedStats>,
+    /// The peers this engine steps with, when its weights exchange with theirs.
+    lockstep: Option<Lockstep<B>>,
 }
 
 impl<B: DecodeBackend> EngineLoop<B> {
@@ -136,6 +155,7 @@ impl<B: DecodeBackend> EngineLoop<B> {
         })?;
         let version = WeightVersion(config.start_version);
         stats.version.store(version.0, Ordering::Release);
+        let lockstep = weights.peers().map(Lockstep::new);
         Ok(Self {
             config,
             tokenizer,
@@ -149,11 +169,16 @@ impl<B: DecodeBackend> EngineLoop<B> {
             next_seq: 0,
             decode_cursor: 0,
             stats,
+            lockstep,
         })
     }
 
-    /// Serves until every sender of `commands` is gone and no work is left.
+    /// Serves until every sender of `commands` is gone and no work is left (on every peer's
+    /// engine too, when it steps with peers).
     pub(super) fn run(mut self, commands: Receiver<Command<B>>) {
+        if self.lockstep.is_some() {
+            return self.run_with_peers(commands);
+        }
         let mut open = true;
         loop {
             open &= self.take_commands(&commands);
@@ -165,15 +190,93 @@ impl<B: DecodeBackend> EngineLoop<B> {
             if self.running.is_empty() {
                 continue;
             }
-            self.step();
+            self.step(None);
             self.publish();
         }
     }
 
-    /// Drains pending commands; blocks briefly when there is nothing to do. Returns whether the
-    /// channel is still open.
+    /// [`EngineLoop::run`] for an engine that steps with its peers (see
+    /// [`lockstep`](super::lockstep)): one agreement per iteration, a step on every rank when
+    /// any has sequences running, syncs applied together.
+    fn run_with_peers(mut self, commands: Receiver<Command<B>>) {
+        let mut open = true;
+        loop {
+            open &= self.take_commands(&commands);
+            self.retire_aborted();
+            self.admit();
+            let current = self.version;
+            let local = Local {
+                alive: open || !self.queue.is_empty() || !self.running.is_empty(),
+                running: !self.running.is_empty(),
+                oldest: self
+                    .running
+                    .iter()
+                    .map(|s| s.version)
+                    .min()
+                    .unwrap_or(current),
+                current,
+            };
+            let Some(lockstep) = self.lockstep.as_mut() else {
+                return;
+            };
+            let agreed = match lockstep.agree(local) {
+                Ok(agreed) => agreed,
+                Err(e) => return self.fail_all(&e.to_string()),
+            };
+            if !agreed.alive {
+                // Syncs not every rank received: their callers hear that the engine stopped.
+                return;
+            }
+            if agreed.running {
+                self.step(Some(agreed.oldest));
+            }
+            for _ in 0..agreed.syncs {
+                let Some((weights, reply)) = self.lockstep.as_mut().and_then(Lockstep::next_sync)
+                else {
+                    break;
+                };
+                let _ = reply.send(self.sync(weights));
+            }
+            if let Some(lockstep) = self.lockstep.as_mut() {
+                lockstep.release_before(agreed.oldest);
+            }
+            self.publish();
+        }
+    }
+
+    /// Fails every request, queued or running, and every held weight sync with `message`: the
+    /// engine stops (its peers are gone).
+    fn fail_all(&mut self, message: &str) {
+        tracing::error!("inference engine stopped: {message}");
+        if let Ok(mut stopped) = self.stats.stopped.lock() {
+            *stopped = Some(message.to_string());
+        }
+        for sub in self.queue.drain(..) {
+            let _ = sub
+                .events
+                .send(GenerationEvent::Failed(message.to_string()));
+        }
+        for seq in std::mem::take(&mut self.running) {
+            self.weights.release(&mut self.cache, seq.id);
+            let _ = seq
+                .sub
+                .events
+                .send(GenerationEvent::Failed(message.to_string()));
+        }
+        self.reserved = 0;
+        if let Some(lockstep) = self.lockstep.as_mut() {
+            for (_, reply) in lockstep.drain_syncs() {
+                let _ = reply.send(Err(BackendError::Engine(message.to_string())));
+            }
+        }
+        self.publish();
+    }
+
+    /// Drains pending commands; blocks briefly when there is nothing to do (here, and at the
+    /// peers stepping with this engine). Returns whether the channel is still open.
     fn take_commands(&mut self, commands: &Receiver<Command<B>>) -> bool {
-        if self.running.is_empty() {
+        let peers_running = self.lockstep.as_ref().is_some_and(Lockstep::peers_running);
+        if self.running.is_empty() && !peers_running {
             // Idle (or only blocked queue heads, which an abort may unblock): wait, but wake up
             // now and then to look at abort flags.
             match commands.recv_timeout(Duration::from_millis(20)) {
@@ -195,19 +298,52 @@ impl<B: DecodeBackend> EngineLoop<B> {
         match cmd {
             Command::Submit(sub) => self.queue.push_back(*sub),
             Command::Sync { weights, reply } => {
-                let result = self.sync(weights);
-                let _ = reply.send(result);
+                if let Err(e) = self.check_sync(&weights) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                match self.lockstep.as_mut() {
+                    // Applied when every peer has received its own (see `run_with_peers`).
+                    Some(lockstep) => lockstep.hold((weights, reply)),
+                    None => {
+                        let _ = reply.send(self.sync(weights));
+                    }
+                }
             }
         }
     }
 
-    fn sync(&mut self, weights: Arc<B>) -> Result<WeightVersion> {
+    /// Whether `weights` can replace the running ones: the same architecture, divided among the
+    /// same ranks (an expert-parallel model's place in its group).
+    fn check_sync(&self, weights: &B) -> Result<()> {
         if !weights.fits(&self.cache) {
             return Err(BackendError::Engine(
                 "new weights have another architecture than the running model".into(),
             ));
         }
-        self.weights = weights;
+        let place = |w: &B| w.peers().map(|p| (p.rank(), p.world_size()));
+        let (new, old) = (place(weights), place(&self.weights));
+        if new != old {
+            let say = |p: Option<(usize, usize)>| match p {
+                Some((rank, size)) => format!("rank {rank} of {size} expert-parallel ranks"),
+                None => "a whole model".to_string(),
+            };
+            return Err(BackendError::Engine(format!(
+                "new weights are {} but the engine serves {}: sync each rank with its own part                  of the same group",
+                say(new),
+                say(old)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Switches to `weights` (checked by [`EngineLoop::check_sync`]).
+    fn sync(&mut self, weights: Arc<B>) -> Result<WeightVersion> {
+        self.check_sync(&weights)?;
+        let old = std::mem::replace(&mut self.weights, weights);
+        if let Some(lockstep) = self.lockstep.as_mut() {
+            lockstep.retain(self.version, old);
+        }
         self.version = self.version.next();
         // Parked prefixes were computed by the old weights.
         for seq in self.park.clear() {
@@ -344,8 +480,11 @@ impl<B: DecodeBackend> EngineLoop<B> {
         }
     }
 
-    /// One batched forward (per weight version) and one sampling round.
-    fn step(&mut self) {
+    /// One batched forward (per weight version) and one sampling round. With peers, `oldest` is
+    /// the oldest version any of them decodes on: one call per version from it to the current,
+    /// in order, with no inputs where this engine has none on it (see
+    /// [`lockstep`](super::lockstep)).
+    fn step(&mut self, oldest: Option<WeightVersion>) {
         // Decode tokens first (one each, oldest first), then prompt chunks.
         let mut budget = self.config.max_batch_tokens;
         let mut plan: Vec<(usize, usize)> = Vec::new(); // (running index, tokens fed)
@@ -371,21 +510,30 @@ impl<B: DecodeBackend> EngineLoop<B> {
         }
         let mut prefill = 0u64;
         let mut failed: Vec<(usize, String)> = Vec::new();
-        // Group by weights (pointer identity); usually there is one group.
+        // Group by weight version, oldest first; usually there is one group.
         let mut groups: Vec<Group<B>> = Vec::new();
         for &(i, n) in &plan {
-            let w = &self.running[i].weights;
-            match groups.iter_mut().find(|g| Arc::ptr_eq(&g.weights, w)) {
+            let seq = &self.running[i];
+            match groups.iter_mut().find(|g| g.version == seq.version) {
                 Some(g) => g.members.push((i, n)),
                 None => groups.push(Group {
-                    weights: w.clone(),
+                    weights: seq.weights.clone(),
+                    version: seq.version,
                     members: vec![(i, n)],
                 }),
             }
         }
+        if let Some(oldest) = oldest {
+            self.add_empty_groups(&mut groups, oldest);
+        }
+        groups.sort_by_key(|g| g.version);
+        let ran = !plan.is_empty();
         // Each group's call, sampling every sequence whose pending tokens it feeds to the end.
         let mut sampled: Vec<(usize, Result<SampledToken>)> = Vec::new();
-        for Group { weights, members } in groups {
+        for Group {
+            weights, members, ..
+        } in groups
+        {
             let draws: Vec<_> = members
                 .iter()
                 .map(|&(i, n)| {
@@ -422,7 +570,9 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 }
             }
         }
-        self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        if ran {
+            self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        }
         self.stats
             .prefill_tokens
             .fetch_add(prefill, Ordering::Relaxed);
@@ -466,6 +616,34 @@ impl<B: DecodeBackend> EngineLoop<B> {
                     self.reserved -= seq.reserved;
                     let _ = seq.sub.events.send(GenerationEvent::Failed(message));
                 }
+            }
+        }
+    }
+
+    /// A group with no members for every version from `oldest` to the current that `groups`
+    /// lacks: a call with no inputs, so that this engine's weights of that version serve its
+    /// peers' tokens.
+    fn add_empty_groups(&self, groups: &mut Vec<Group<B>>, oldest: WeightVersion) {
+        let Some(lockstep) = self.lockstep.as_ref() else {
+            return;
+        };
+        for v in oldest.0..=self.version.0 {
+            let version = WeightVersion(v);
+            if groups.iter().any(|g| g.version == version) {
+                continue;
+            }
+            let weights = if version == self.version {
+                Some(&self.weights)
+            } else {
+                lockstep.weights_of(version)
+            };
+            // Every version from the group's oldest in use is kept (`Lockstep::release_before`).
+            if let Some(weights) = weights {
+                groups.push(Group {
+                    weights: weights.clone(),
+                    version,
+                    members: Vec::new(),
+                });
             }
         }
     }

@@ -78,6 +78,23 @@ impl DecoderKind {
     }
 }
 
+/// Whether `kind` can serve `model`: a whole model, or an expert-parallel one
+/// ([`CausalLm::shard_experts`]) on the [`DeviceDecoder`], whose engines step with their peers
+/// (see [`lockstep`](super::lockstep)).
+///
+/// # Errors
+/// [`BackendError::InvalidInput`] for any other part of a model, or an expert-parallel one on
+/// another decoder.
+fn servable(model: &CausalLm, kind: DecoderKind) -> Result<()> {
+    if model.is_expert_sharded() && kind == DecoderKind::Device {
+        return Ok(());
+    }
+    model.require_whole(
+        "serve an inference engine (only the device decoder steps with its peers, and only \
+         expert-parallel)",
+    )
+}
+
 /// A model's weights in every layout its consumers need, built once per weight version: the Burn
 /// model (training-path scoring, [`BurnDecoder`]) and, when the engine decodes with the
 /// [`CpuDecoder`], its weights in that layout — shared by the engine and inference-path scoring
@@ -172,18 +189,18 @@ impl Engine {
             .name("roll-engine".into())
             .spawn(move || engine_loop.run(rx))
             .map_err(|e| BackendError::Engine(format!("cannot start the engine thread: {e}")))?;
-        let closed = || BackendError::Engine("the engine thread has stopped".into());
+        let (submit_stats, sync_stats) = (stats.clone(), stats.clone());
         let submit_tx = tx.clone();
         let submit = move |sub: Submission| {
             submit_tx
                 .send(Command::Submit(Box::new(sub)))
-                .map_err(|_| closed())
+                .map_err(|_| BackendError::Engine(submit_stats.stop_reason()))
         };
         let sync = move |served: &ServedWeights| {
             let weights = prepare(served)?;
             let (reply, answer) = oneshot::channel();
             tx.send(Command::Sync { weights, reply })
-                .map_err(|_| closed())?;
+                .map_err(|_| BackendError::Engine(sync_stats.stop_reason()))?;
             Ok(answer)
         };
         Ok(Self {
@@ -228,13 +245,16 @@ impl Engine {
         config: EngineConfig,
         tokenizer: Option<Arc<dyn Tokenizer>>,
     ) -> Result<Self> {
-        model.require_whole("serve an inference engine (each rank's engine steps alone)")?;
+        servable(model, kind)?;
         let mut engine = match kind {
             DecoderKind::Cpu => {
                 let weights = CpuDecoder::from_model(model)?;
-                let prepare = |w: &ServedWeights| match w.cpu() {
-                    Some(cpu) => Ok(cpu.clone()),
-                    None => CpuDecoder::from_model(w.model()).map(Arc::new),
+                let prepare = |w: &ServedWeights| {
+                    servable(w.model(), DecoderKind::Cpu)?;
+                    match w.cpu() {
+                        Some(cpu) => Ok(cpu.clone()),
+                        None => CpuDecoder::from_model(w.model()).map(Arc::new),
+                    }
                 };
                 Self::start(weights, prepare, config, tokenizer)?
             }
@@ -244,6 +264,7 @@ impl Engine {
                 Self::start(
                     weights,
                     move |w: &ServedWeights| {
+                        servable(w.model(), DecoderKind::Device)?;
                         DeviceDecoder::from_model(w.model(), &device).map(Arc::new)
                     },
                     config,
@@ -256,6 +277,7 @@ impl Engine {
                 Self::start(
                     weights,
                     move |w: &ServedWeights| {
+                        servable(w.model(), DecoderKind::Burn)?;
                         BurnDecoder::from_model(w.model(), &device).map(Arc::new)
                     },
                     config,
@@ -334,7 +356,7 @@ impl Engine {
         let answer = self.send_weights(&served)?;
         answer
             .await
-            .map_err(|_| BackendError::Engine("the engine thread has stopped".into()))?
+            .map_err(|_| BackendError::Engine(self.stats.stop_reason()))?
     }
 
     /// Blocking version of [`Engine::sync_weights`] for code outside an async runtime.
@@ -357,16 +379,13 @@ impl Engine {
         let answer = self.send_weights(served)?;
         answer
             .blocking_recv()
-            .map_err(|_| BackendError::Engine("the engine thread has stopped".into()))?
+            .map_err(|_| BackendError::Engine(self.stats.stop_reason()))?
     }
 
     fn send_weights(
         &self,
         served: &ServedWeights,
     ) -> Result<oneshot::Receiver<Result<WeightVersion>>> {
-        served
-            .model()
-            .require_whole("serve an inference engine (each rank's engine steps alone)")?;
         let sync = self
             .sync
             .as_ref()

@@ -42,6 +42,7 @@ mod core;
 pub mod cpu;
 pub mod device_decoder;
 mod handle;
+pub mod lockstep;
 mod logprob;
 pub mod paged;
 pub mod prefix;

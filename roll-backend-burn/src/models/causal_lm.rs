@@ -294,8 +294,8 @@ impl CausalLm {
     }
 
     /// Whether this model holds only some of its experts ([`CausalLm::shard_experts`]): it
-    /// scores, and trains in the data-parallel group that holds the others, but does not serve
-    /// an engine or get saved.
+    /// scores, trains in the data-parallel group that holds the others, and serves engines
+    /// that step with the others' (on the device decoder), but is not saved alone.
     pub fn is_expert_sharded(&self) -> bool {
         match self {
             Self::Qwen3Moe(m) => m

@@ -71,6 +71,15 @@ pub trait FeedForwardBlock {
     /// - output: `[batch, seq, hidden]`
     fn forward(&self, x: Tensor<3>) -> Tensor<3>;
 
+    /// [`FeedForwardBlock::forward`], with a failure an error: an expert-parallel mixture's
+    /// failed exchange (its `forward` leaves NaN instead). The default cannot fail.
+    ///
+    /// # Errors
+    /// A failed exchange with the other ranks holding the experts.
+    fn try_forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
+        Ok(self.forward(x))
+    }
+
     /// The block as a dense SwiGLU MLP, when it is one (so that a caller can run its pieces with
     /// kernels of its own, as the [`DeviceDecoder`](crate::engine::DeviceDecoder) does on a GPU).
     fn dense(&self) -> Option<&Mlp> {

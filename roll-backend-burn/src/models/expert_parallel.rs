@@ -8,8 +8,10 @@
 //! ([`Trainer`] in the data-parallel group that holds the experts): the backward of a mixture
 //! sends each routed slot's input and output gradient to its expert's rank, which runs the
 //! expert's backward and returns the expert's output and input gradient (`ExpertShard::backward`,
-//! two more all-to-alls). The inference engine (whose ranks would not step together) and the HF
-//! writer (which would save a part of the experts) refuse it.
+//! two more all-to-alls). It serves an inference engine on every rank of the group, each with
+//! requests of its own, on the [`DeviceDecoder`](crate::engine::DeviceDecoder): the engines step
+//! together ([`lockstep`](crate::engine::lockstep)). The HF writer (which would save a part of
+//! the experts) refuses it.
 //!
 //! Every rank of the group must run each forward together, with its own batch (any size), as
 //! the collectives require: the same number of [`CausalLm::forward`] calls on every rank, in

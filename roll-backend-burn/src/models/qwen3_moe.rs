@@ -442,6 +442,13 @@ impl FeedForwardBlock for FeedForward {
         }
     }
 
+    fn try_forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
+        match self {
+            Self::Dense(m) => Ok(m.forward(x)),
+            Self::Sparse(m) => m.try_forward(x),
+        }
+    }
+
     fn shard_tensors(self, shard: &TensorShard, experts: ExpertSplit) -> Result<Self> {
         Ok(match self {
             Self::Dense(m) => Self::Dense(m.shard_tensors(shard, experts)?),

@@ -8,7 +8,7 @@ use burn::module::Module;
 use roll_core::Tokenizer;
 use roll_core::WeightVersion;
 use roll_core::policy::GenerationRequest;
-use roll_core::strategy::Messenger;
+use roll_core::strategy::{Messenger, Strategy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,8 @@ pub struct RolloutServer {
     engine: EngineConfig,
     decoder: Option<DecoderKind>,
     device: Device,
+    /// The rollout ranks dividing a mixture's experts with this one, if any.
+    experts: Option<Arc<dyn Strategy>>,
 }
 
 impl std::fmt::Debug for RolloutServer {
@@ -48,6 +50,9 @@ pub struct Served {
     pub weight_syncs: u64,
     /// The version of the weights it served last.
     pub version: WeightVersion,
+    /// The rollout ranks its last weights' experts were divided among, itself included
+    /// ([`RolloutServer::with_experts`]); 1: it held the whole model (0: it got no weights).
+    pub expert_parallel: usize,
 }
 
 impl RolloutServer {
@@ -67,7 +72,22 @@ impl RolloutServer {
             engine,
             decoder: None,
             device,
+            experts: None,
         }
+    }
+
+    /// Keeps only this rank's block of every mixture's experts, divided among `group` — rollout
+    /// ranks each serving requests of their own, whose engines step together (see
+    /// [`lockstep`](crate::engine::lockstep)). Each weight sync still sends every rank the whole
+    /// model; each keeps its block of it.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a dense template, or more ranks than experts.
+    pub fn with_experts(mut self, group: Arc<dyn Strategy>) -> Result<Self> {
+        // Refused now rather than at the controller's first weights.
+        self.template.clone().shard_experts(group.clone())?;
+        self.experts = Some(group);
+        Ok(self)
     }
 
     /// Forces a decoder (default: [`DecoderKind::auto`]).
@@ -207,8 +227,12 @@ impl Serving<'_> {
                 })?;
             received.push(bytes);
         }
-        let model = weights::load(&self.server.template, &received)?;
+        let mut model = weights::load(&self.server.template, &received)?;
         drop(received);
+        if let Some(group) = &self.server.experts {
+            model = model.shard_experts(group.clone())?;
+        }
+        let expert_parallel = model.expert_group().map_or(1, |g| g.world_size());
         let served = match &self.engine {
             None => {
                 let server = self.server;
@@ -242,6 +266,7 @@ impl Serving<'_> {
         }
         self.served.weight_syncs += 1;
         self.served.version = served;
+        self.served.expert_parallel = expert_parallel;
         Ok(())
     }
 

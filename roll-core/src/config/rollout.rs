@@ -41,6 +41,14 @@ pub struct RolloutConfig {
     /// process refuses any other value. Default `0`. ROLL: `actor_infer.device_mapping` on
     /// devices of its own.
     pub ranks: u32,
+    /// With rollout ranks, a mixture of experts' experts divided among groups of this many
+    /// consecutive rollout ranks (expert parallelism in the inference engines): each rank keeps
+    /// one block of every mixture's experts and serves requests of its own, its mixtures send
+    /// each token to the rank holding its expert, and the group's engines step together. A
+    /// model whose experts do not fit one rollout process then still generates. Must divide
+    /// `ranks`; `1`: every rollout rank holds the whole model. Default `1`. ROLL: vLLM's
+    /// `enable_expert_parallel` on `actor_infer`.
+    pub expert_parallel: u32,
 }
 
 impl Default for RolloutConfig {
@@ -55,6 +63,7 @@ impl Default for RolloutConfig {
             sampling: SamplingConfig::default(),
             hang_warning_s: 120,
             ranks: 0,
+            expert_parallel: 1,
         }
     }
 }
@@ -81,6 +90,18 @@ impl RolloutConfig {
         c.at_least("group_size", self.group_size.into(), 1)?;
         c.at_least("max_new_tokens", self.max_new_tokens.into(), 1)?;
         c.at_least("max_running_requests", self.max_running_requests.into(), 1)?;
+        c.at_least("expert_parallel", self.expert_parallel.into(), 1)?;
+        c.require(
+            self.expert_parallel == 1
+                || (self.ranks > 0 && self.ranks.is_multiple_of(self.expert_parallel)),
+            "expert_parallel",
+            self.expert_parallel,
+            &format!(
+                "1, or a divisor of rollout.ranks ({}): the experts are divided among groups of \
+                 that many rollout ranks",
+                self.ranks
+            ),
+        )?;
         self.sampling.validate()
     }
 }

@@ -144,21 +144,79 @@ impl DeviceDecoder {
         Ok(m.logits(last.reshape([1, 1, hidden])).reshape([1, vocab]))
     }
 
-    /// Runs each input through the model (see [`checked_step`]) and hands `finish` their
-    /// next-token logits (`[inputs, vocab]`, on the device).
-    fn step<T>(
+    /// Runs each input through the model (see [`checked_step`]): their next-token logits
+    /// (`[inputs, vocab]`, on the device), `None` for no inputs. An expert-parallel model's
+    /// ranks run their steps together ([`DeviceDecoder::step_with_peers`]).
+    fn step(&self, cache: &mut DeviceCache, inputs: &[StepInput<'_>]) -> Result<Option<Tensor<2>>> {
+        if let Some(group) = self.model.expert_group() {
+            return self.step_with_peers(group.as_ref(), cache, inputs);
+        }
+        if inputs.is_empty() {
+            return Ok(None);
+        }
+        checked_step(cache, self.shape(), self.vocab_size(), inputs, |cache| {
+            self.run_all(cache, inputs)
+        })
+    }
+
+    fn run_all(
         &self,
         cache: &mut DeviceCache,
         inputs: &[StepInput<'_>],
-        finish: impl FnOnce(Tensor<2>) -> Result<T>,
-    ) -> Result<T> {
-        checked_step(cache, self.shape(), self.vocab_size(), inputs, |cache| {
-            let logits: Vec<Tensor<2>> = inputs
-                .iter()
-                .map(|input| self.run(cache, input))
-                .collect::<Result<_>>()?;
-            finish(Tensor::cat(logits, 0))
-        })
+    ) -> Result<Option<Tensor<2>>> {
+        let logits: Vec<Tensor<2>> = inputs
+            .iter()
+            .map(|input| self.run(cache, input))
+            .collect::<Result<_>>()?;
+        Ok((!logits.is_empty()).then(|| Tensor::cat(logits, 0)))
+    }
+
+    /// [`DeviceDecoder::step`] of an expert-parallel model: each input's pass through the layers
+    /// exchanges tokens with the other ranks at every mixture, so every rank makes as many passes
+    /// as the rank with the most inputs — its own inputs', then passes that only serve the
+    /// others' tokens with its experts (`SparseMoeBlock::serve_forward`). Input `k` of every
+    /// rank meets input `k` of the others at each mixture, in layer order. An input this rank
+    /// refuses (a bad id, a full cache) still takes part: its rank serves instead, then fails.
+    fn step_with_peers(
+        &self,
+        group: &dyn roll_core::strategy::Strategy,
+        cache: &mut DeviceCache,
+        inputs: &[StepInput<'_>],
+    ) -> Result<Option<Tensor<2>>> {
+        let passes = |own: usize| -> Result<usize> {
+            let mut count = [own as f32];
+            group
+                .all_reduce(&mut count, roll_core::strategy::ReduceOp::Max)
+                .map_err(|e| BackendError::Collective(Box::new(e)))?;
+            Ok(count[0] as usize)
+        };
+        let mut ran = false;
+        let result = checked_step(cache, self.shape(), self.vocab_size(), inputs, |cache| {
+            ran = true;
+            let all = passes(inputs.len())?;
+            let logits = self.run_all(cache, inputs)?;
+            self.serve(all.saturating_sub(inputs.len()))?;
+            Ok(logits)
+        });
+        if !ran {
+            let all = passes(0)?;
+            self.serve(all)?;
+        }
+        result
+    }
+
+    /// `passes` passes through the layers with no tokens of this rank's: at each mixture its
+    /// experts run on what the others send.
+    fn serve(&self, passes: usize) -> Result<()> {
+        let hidden = self.model.hidden_size();
+        for _ in 0..passes {
+            for l in 0..self.model.held_layers() {
+                if let Some((_, mixture)) = self.model.expert_parallel_mixture(l) {
+                    mixture.serve_forward(hidden, &self.device)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -190,10 +248,10 @@ impl DecodeBackend for DeviceDecoder {
     }
 
     fn forward(&self, cache: &mut DeviceCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
-        if inputs.is_empty() {
-            return Ok(Vec::new());
+        match self.step(cache, inputs)? {
+            Some(logits) => read_rows(logits),
+            None => Ok(Vec::new()),
         }
-        self.step(cache, inputs, read_rows)
     }
 
     /// On a cubecl device the logits never leave it: `gpu::sample` picks
@@ -204,17 +262,18 @@ impl DecodeBackend for DeviceDecoder {
         inputs: &[StepInput<'_>],
         draws: &[Option<Draw>],
     ) -> Result<Vec<Option<Result<SampledToken>>>> {
-        if inputs.is_empty() {
+        let Some(logits) = self.step(cache, inputs)? else {
             return Ok(Vec::new());
+        };
+        #[cfg(feature = "gpu-kernels")]
+        if crate::gpu::on_cube_device(&logits) {
+            return sample_on_device(logits, draws);
         }
-        let vocab = self.vocab_size();
-        self.step(cache, inputs, |logits| {
-            #[cfg(feature = "gpu-kernels")]
-            if crate::gpu::on_cube_device(&logits) {
-                return sample_on_device(logits, draws);
-            }
-            Ok(pick_rows(&read_rows(logits)?, vocab, draws))
-        })
+        Ok(pick_rows(&read_rows(logits)?, self.vocab_size(), draws))
+    }
+
+    fn peers(&self) -> Option<std::sync::Arc<dyn roll_core::strategy::Strategy>> {
+        self.model.expert_group()
     }
 
     fn release(&self, cache: &mut DeviceCache, seq: SeqId) {
@@ -433,7 +492,7 @@ impl<'a> Step<'a> {
                 let hidden = h.dims()[1];
                 layer
                     .mlp
-                    .forward(normed.reshape([1, t, hidden]))
+                    .try_forward(normed.reshape([1, t, hidden]))?
                     .reshape([t, hidden])
             }
         };
