@@ -10,6 +10,15 @@
 //! ```
 //! (as root add `--allow-run-as-root`, with more ranks than cores `--oversubscribe`.)
 //!
+//! With `ROLL_BENCH_EXPERTS=E` the model is a small Qwen3-MoE (8 experts, 2 per token) and the
+//! rollout ranks hold its experts divided among groups of `E` (`RolloutServer::with_experts`,
+//! their engines stepping together); `E = 1` is the same model whole on every rank, the
+//! comparison. No weight-sync table then.
+//! ```sh
+//! mpirun -np 3 -x RAYON_NUM_THREADS=1 -x ROLL_BENCH_EXPERTS=1 $B   # 2 rollout ranks, whole
+//! mpirun -np 3 -x RAYON_NUM_THREADS=1 -x ROLL_BENCH_EXPERTS=2 $B   # the experts split in two
+//! ```
+//!
 //! Throughput: rank 0 submits 32 requests at once (16-token prompt, 64 new tokens, temperature
 //! 1, seeded, no stop) to the ~28M model of `shared/baselines.md`, four rounds after one
 //! warm-up, and counts new tokens per second — the engine bench's workload, through
@@ -50,9 +59,31 @@ fn main() -> anyhow::Result<()> {
         max_cached_tokens: REQUESTS * (PROMPT + NEW as usize),
         ..EngineConfig::default()
     };
-    let model = CausalLm::init(&qwen2(8192, 512, 1408, 8, 8, 4), &device)?;
+    let experts: Option<usize> = std::env::var("ROLL_BENCH_EXPERTS")
+        .ok()
+        .map(|e| e.parse())
+        .transpose()?;
+    let (name, config) = match experts {
+        Some(_) => ("Qwen3-MoE 8 experts", moe()),
+        None => ("28M model", qwen2(8192, 512, 1408, 8, 8, 4)),
+    };
+    let model = CausalLm::init(&config, &device)?;
+    // Every rank forms every group of rollout ranks holding the experts, in order.
+    let mut group = None;
+    if let Some(width) = experts.filter(|&e| e > 1) {
+        for ranks in rollout.chunks(width) {
+            group = group.or(link.subgroup(ranks)?);
+        }
+    }
     if world.rank() > 0 {
-        RolloutServer::new(model, None, engine.clone(), device.clone()).serve(link.as_ref(), 0)?;
+        let mut server = RolloutServer::new(model, None, engine.clone(), device.clone());
+        if let Some(group) = group {
+            server = server.with_experts(group)?;
+        }
+        server.serve(link.as_ref(), 0)?;
+        if experts.is_some() {
+            return Ok(());
+        }
         for (_, config) in sync_sizes() {
             let template = CausalLm::init(&config, &device)?;
             RolloutServer::new(template, None, engine.clone(), device.clone())
@@ -61,10 +92,10 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
-    let where_ = if rollout.is_empty() {
-        "colocated engine".to_string()
-    } else {
-        format!("{} rollout rank(s)", rollout.len())
+    let where_ = match (rollout.len(), experts) {
+        (0, _) => "colocated engine".to_string(),
+        (r, Some(e)) if e > 1 => format!("{r} rollout rank(s), the experts divided {e} ways"),
+        (r, _) => format!("{r} rollout rank(s)"),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -80,10 +111,10 @@ fn main() -> anyhow::Result<()> {
         runtime.block_on(throughput(Arc::new(remote)))?
     };
     println!(
-        "generation, 28M model, {REQUESTS} requests × {NEW} new tokens, {where_}, \
+        "generation, {name}, {REQUESTS} requests × {NEW} new tokens, {where_}, \
          {threads} threads per rank: {rate:.0} tokens/s"
     );
-    if rollout.is_empty() {
+    if rollout.is_empty() || experts.is_some() {
         return Ok(());
     }
     for (name, config) in sync_sizes() {
@@ -122,6 +153,18 @@ fn qwen2(
 ) -> HfConfig {
     let mut c = HfConfig::new("qwen2", vocab, hidden, ffn, layers, heads);
     c.num_key_value_heads = Some(kv);
+    c.tie_word_embeddings = true;
+    c
+}
+
+/// A small Qwen3-MoE: every layer a mixture of 8 experts, 2 per token.
+fn moe() -> HfConfig {
+    let mut c = HfConfig::new("qwen3_moe", 8192, 256, 704, 4, 4);
+    c.num_key_value_heads = Some(2);
+    c.head_dim = Some(64);
+    c.num_experts = Some(8);
+    c.num_experts_per_tok = Some(2);
+    c.moe_intermediate_size = Some(352);
     c.tie_word_embeddings = true;
     c
 }
