@@ -101,7 +101,7 @@ pub trait DecodeBackend: Send + Sync + 'static {
     /// With peers, the engines step together (see [`lockstep`](super::lockstep)): in every step
     /// each rank calls [`DecodeBackend::forward_sample`] once per weight version the group has
     /// in use, in version order, **even with no inputs of its own**, and the backend takes part
-    /// in its exchanges whatever its own inputs are (a rank with fewer serves the others').
+    /// in its exchanges whatever its own inputs are (a rank with none serves the others').
     fn peers(&self) -> Option<Arc<dyn Strategy>> {
         None
     }

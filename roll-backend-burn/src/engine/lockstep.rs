@@ -19,8 +19,10 @@
 //!   returns once every rank's has arrived; each rank must sync (the same weights, divided
 //!   among the same ranks) for any of them to switch.
 //!
-//! The forward calls themselves (how many passes through the layers, serving passes for a rank
-//! with fewer inputs) are the backend's business: [`DecodeBackend::peers`] says what it owes.
+//! The forward calls themselves are the backend's business ([`DecodeBackend::peers`] says what
+//! it owes): the device decoder runs a call's inputs through the layers together and exchanges
+//! all their tokens at a mixture at once, so every rank meets every other at each mixture layer
+//! once per call, a rank with no inputs serving the others' tokens.
 //! A failed agreement (a peer gone) fails every request of the engine and stops it: a group
 //! missing a rank cannot compute a mixture.
 

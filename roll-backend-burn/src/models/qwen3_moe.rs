@@ -347,6 +347,54 @@ impl SparseMoeBlock {
         Ok((objective, expert_grads))
     }
 
+    /// An expert-parallel mixture over several inputs' rows at once (each `[tokens, hidden]`),
+    /// in one exchange with the other ranks: each input is routed, and gets the shared expert,
+    /// on its own rows, as [`SparseMoeBlock::try_forward`] would give it alone; only the
+    /// experts see every input's tokens (and every rank's, as they do anyway). With no inputs,
+    /// this rank's experts serve the others' ([`SparseMoeBlock::serve_forward`]).
+    ///
+    /// # Errors
+    /// A mixture that is not expert-parallel, or a failed exchange.
+    pub(crate) fn expert_parallel_rows(
+        &self,
+        xs: Vec<Tensor<2>>,
+        hidden: usize,
+        device: &Device,
+    ) -> Result<Vec<Tensor<2>>> {
+        let shard = self.expert_shard()?;
+        if xs.is_empty() {
+            self.serve_forward(hidden, device)?;
+            return Ok(Vec::new());
+        }
+        let k = self.top_k;
+        let (mut chosen, mut weights, mut lens) = (Vec::new(), Vec::new(), Vec::new());
+        for x in &xs {
+            let n = x.dims()[0];
+            let (w, c) = self.route(x.clone());
+            chosen.extend(c);
+            weights.push(w.reshape([n * k, 1]));
+            lens.push(n);
+        }
+        let all = Tensor::cat(xs.clone(), 0);
+        let out = shard
+            .forward(all, &chosen, k, Tensor::cat(weights, 0), &self.experts)
+            .map_err(exchange)?;
+        let mut at = 0;
+        Ok(xs
+            .into_iter()
+            .zip(lens)
+            .map(|(x, n)| {
+                let mut part = out.clone().narrow(0, at, n);
+                at += n;
+                if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate)
+                {
+                    part = part + sigmoid(gate.forward(x.clone())) * shared.forward(x);
+                }
+                part
+            })
+            .collect())
+    }
+
     /// This rank's part of an expert-parallel mixture's forward when it routes no tokens (a
     /// micro-batch fewer than another rank's): its experts serve the others'.
     ///

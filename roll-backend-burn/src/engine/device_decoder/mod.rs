@@ -99,57 +99,98 @@ impl DeviceDecoder {
         }
     }
 
-    /// The next-token logits (`[1, vocab]`) after `input`, whose blocks `cache` has reserved.
-    fn run(&self, cache: &mut DeviceCache, input: &StepInput<'_>) -> Result<Tensor<2>> {
-        let end = input.start + input.tokens.len();
-        let rows = cache.blocks.rows(input.seq, end).ok_or_else(|| {
-            BackendError::InvalidInput(format!(
-                "sequence {:?} has no cache blocks for {end} positions",
-                input.seq
-            ))
-        })?;
-        with_decoder!(&self.model, m => self.run_decoder(m, cache, input, &rows))
+    /// The next-token logits (`[inputs, vocab]`) after each input, whose blocks `cache` has
+    /// reserved; `None` for no inputs. The inputs go through the layers together, layer by
+    /// layer, but each through its own ops — only an expert-parallel mixture takes every
+    /// input's tokens at once, in one exchange with the other ranks per layer.
+    fn run_all(
+        &self,
+        cache: &mut DeviceCache,
+        inputs: &[StepInput<'_>],
+    ) -> Result<Option<Tensor<2>>> {
+        let rows = inputs
+            .iter()
+            .map(|input| {
+                let end = input.start + input.tokens.len();
+                cache.blocks.rows(input.seq, end).ok_or_else(|| {
+                    BackendError::InvalidInput(format!(
+                        "sequence {:?} has no cache blocks for {end} positions",
+                        input.seq
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        with_decoder!(&self.model, m => self.run_decoder(m, cache, inputs, &rows))
     }
 
     fn run_decoder<A: Architecture>(
         &self,
         m: &Decoder<A>,
         cache: &mut DeviceCache,
-        input: &StepInput<'_>,
-        rows: &[usize],
-    ) -> Result<Tensor<2>> {
-        let t = input.tokens.len();
-        let ids = input
-            .tokens
-            .iter()
-            .map(|&id| check_id(id, self.model.vocab_size()))
-            .collect::<Result<Vec<i32>>>()?;
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), &self.device);
+        inputs: &[StepInput<'_>],
+        rows: &[Vec<usize>],
+    ) -> Result<Option<Tensor<2>>> {
         let hidden = m.config.decoder().hidden_size;
-        let mut x = m.model.embed_tokens.forward(ids).reshape([t, hidden]);
-        let step = Step::new(
-            Path::of(&x),
-            input.start,
-            t,
-            rows,
-            m.rope.inv_freq(),
-            &self.device,
-        )?;
-        for (l, layer) in m.model.layers.iter().enumerate() {
-            let pools = (&mut cache.k[l], &mut cache.v[l], &cache.placeholder);
-            x = step.layer(layer, x, pools)?;
+        let mut xs = Vec::with_capacity(inputs.len());
+        let mut steps = Vec::with_capacity(inputs.len());
+        for (input, rows) in inputs.iter().zip(rows) {
+            let t = input.tokens.len();
+            let ids = input
+                .tokens
+                .iter()
+                .map(|&id| check_id(id, self.model.vocab_size()))
+                .collect::<Result<Vec<i32>>>()?;
+            let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), &self.device);
+            let x = m.model.embed_tokens.forward(ids).reshape([t, hidden]);
+            steps.push(Step::new(
+                Path::of(&x),
+                input.start,
+                t,
+                rows,
+                m.rope.inv_freq(),
+                &self.device,
+            )?);
+            xs.push(x);
         }
-        let last = step.path.norm(x.narrow(0, t - 1, 1), &m.model.norm)?;
-        let vocab = self.model.vocab_size();
-        Ok(m.logits(last.reshape([1, 1, hidden])).reshape([1, vocab]))
+        for (l, layer) in m.model.layers.iter().enumerate() {
+            let mut residuals = Vec::with_capacity(xs.len());
+            let mut normed = Vec::with_capacity(xs.len());
+            for (step, x) in steps.iter().zip(xs) {
+                let pools = (&mut cache.k[l], &mut cache.v[l], &cache.placeholder);
+                let (h, n) = step.attention(layer, x, pools)?;
+                residuals.push(h);
+                normed.push(n);
+            }
+            let fed = match self.model.expert_parallel_mixture(l) {
+                // Every rank's tokens at once: one exchange per layer and call.
+                Some((_, mixture)) => mixture.expert_parallel_rows(normed, hidden, &self.device)?,
+                None => steps
+                    .iter()
+                    .zip(normed)
+                    .map(|(step, n)| step.feed_forward(layer, n))
+                    .collect::<Result<_>>()?,
+            };
+            xs = residuals.into_iter().zip(fed).map(|(h, f)| h + f).collect();
+        }
+        let logits = steps
+            .iter()
+            .zip(xs)
+            .map(|(step, x)| {
+                let t = step.tokens;
+                let last = step.path.norm(x.narrow(0, t - 1, 1), &m.model.norm)?;
+                let vocab = self.model.vocab_size();
+                Ok(m.logits(last.reshape([1, 1, hidden])).reshape([1, vocab]))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((!logits.is_empty()).then(|| Tensor::cat(logits, 0)))
     }
 
     /// Runs each input through the model (see [`checked_step`]): their next-token logits
     /// (`[inputs, vocab]`, on the device), `None` for no inputs. An expert-parallel model's
     /// ranks run their steps together ([`DeviceDecoder::step_with_peers`]).
     fn step(&self, cache: &mut DeviceCache, inputs: &[StepInput<'_>]) -> Result<Option<Tensor<2>>> {
-        if let Some(group) = self.model.expert_group() {
-            return self.step_with_peers(group.as_ref(), cache, inputs);
+        if self.model.expert_group().is_some() {
+            return self.step_with_peers(cache, inputs);
         }
         if inputs.is_empty() {
             return Ok(None);
@@ -159,64 +200,24 @@ impl DeviceDecoder {
         })
     }
 
-    fn run_all(
-        &self,
-        cache: &mut DeviceCache,
-        inputs: &[StepInput<'_>],
-    ) -> Result<Option<Tensor<2>>> {
-        let logits: Vec<Tensor<2>> = inputs
-            .iter()
-            .map(|input| self.run(cache, input))
-            .collect::<Result<_>>()?;
-        Ok((!logits.is_empty()).then(|| Tensor::cat(logits, 0)))
-    }
-
-    /// [`DeviceDecoder::step`] of an expert-parallel model: each input's pass through the layers
-    /// exchanges tokens with the other ranks at every mixture, so every rank makes as many passes
-    /// as the rank with the most inputs — its own inputs', then passes that only serve the
-    /// others' tokens with its experts (`SparseMoeBlock::serve_forward`). Input `k` of every
-    /// rank meets input `k` of the others at each mixture, in layer order. An input this rank
-    /// refuses (a bad id, a full cache) still takes part: its rank serves instead, then fails.
+    /// [`DeviceDecoder::step`] of an expert-parallel model: every mixture layer exchanges its
+    /// inputs' tokens with the other ranks' once per call, so every rank goes through every
+    /// layer in every call, with no inputs of its own too (its experts then serve the others').
+    /// A call this rank refuses (a bad id, a full cache) still takes part, serving, then fails.
     fn step_with_peers(
         &self,
-        group: &dyn roll_core::strategy::Strategy,
         cache: &mut DeviceCache,
         inputs: &[StepInput<'_>],
     ) -> Result<Option<Tensor<2>>> {
-        let passes = |own: usize| -> Result<usize> {
-            let mut count = [own as f32];
-            group
-                .all_reduce(&mut count, roll_core::strategy::ReduceOp::Max)
-                .map_err(|e| BackendError::Collective(Box::new(e)))?;
-            Ok(count[0] as usize)
-        };
         let mut ran = false;
         let result = checked_step(cache, self.shape(), self.vocab_size(), inputs, |cache| {
             ran = true;
-            let all = passes(inputs.len())?;
-            let logits = self.run_all(cache, inputs)?;
-            self.serve(all.saturating_sub(inputs.len()))?;
-            Ok(logits)
+            self.run_all(cache, inputs)
         });
         if !ran {
-            let all = passes(0)?;
-            self.serve(all)?;
+            self.run_all(cache, &[])?;
         }
         result
-    }
-
-    /// `passes` passes through the layers with no tokens of this rank's: at each mixture its
-    /// experts run on what the others send.
-    fn serve(&self, passes: usize) -> Result<()> {
-        let hidden = self.model.hidden_size();
-        for _ in 0..passes {
-            for l in 0..self.model.held_layers() {
-                if let Some((_, mixture)) = self.model.expert_parallel_mixture(l) {
-                    mixture.serve_forward(hidden, &self.device)?;
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -451,14 +452,15 @@ impl<'a> Step<'a> {
         self.start + self.tokens
     }
 
-    /// One decoder layer over the step's rows `x` (`[tokens, hidden]`), its keys and values
-    /// appended to the layer's pools.
-    fn layer<F: Module + FeedForwardBlock>(
+    /// The attention block of a decoder layer over the step's rows `x` (`[tokens, hidden]`),
+    /// its keys and values appended to the layer's pools: the residual stream after it, and
+    /// that normed for the feed-forward block.
+    fn attention<F: Module + FeedForwardBlock>(
         &self,
         layer: &DecoderLayer<F>,
         x: Tensor<2>,
         (k_pool, v_pool, placeholder): (&mut Tensor<2>, &mut Tensor<2>, &Tensor<2>),
-    ) -> Result<Tensor<2>> {
+    ) -> Result<(Tensor<2>, Tensor<2>)> {
         let attn = &layer.self_attn;
         let (t, d) = (self.tokens, attn.head_dim);
         let (heads, kv_heads) = (attn.num_heads, attn.num_kv_heads);
@@ -479,24 +481,32 @@ impl<'a> Step<'a> {
         let scale = (d as f64).powf(-0.5) as f32;
         let out = self.attend(q, k_pool, v_pool, heads, kv_heads, d, scale)?;
         let attended = linear(&attn.o_proj, out);
-        let (h, normed) = self
-            .path
-            .add_norm(attended, x, &layer.post_attention_layernorm)?;
-        let ff = match layer.mlp.dense() {
+        self.path
+            .add_norm(attended, x, &layer.post_attention_layernorm)
+    }
+
+    /// The feed-forward block of a decoder layer on the step's normed rows (`[tokens, hidden]`).
+    fn feed_forward<F: Module + FeedForwardBlock>(
+        &self,
+        layer: &DecoderLayer<F>,
+        normed: Tensor<2>,
+    ) -> Result<Tensor<2>> {
+        let linear = |lin, x| self.path.linear(lin, x);
+        let t = self.tokens;
+        Ok(match layer.mlp.dense() {
             Some(mlp) => {
                 let gate = linear(&mlp.gate_proj, normed.clone());
                 let up = linear(&mlp.up_proj, normed);
                 linear(&mlp.down_proj, self.path.swiglu(gate, up)?)
             }
             None => {
-                let hidden = h.dims()[1];
+                let hidden = normed.dims()[1];
                 layer
                     .mlp
                     .try_forward(normed.reshape([1, t, hidden]))?
                     .reshape([t, hidden])
             }
-        };
-        Ok(h + ff)
+        })
     }
 
     /// Rotary embedding of `x` (`[tokens · heads, head_dim]`, token-major).
