@@ -106,8 +106,13 @@ fn main() -> anyhow::Result<()> {
         )?));
         runtime.block_on(throughput(local))?
     } else {
-        let remote =
-            RemoteRollout::connect(link.clone(), rollout.clone(), &model, WeightVersion(0))?;
+        let remote = RemoteRollout::connect_with_experts(
+            link.clone(),
+            rollout.clone(),
+            experts.unwrap_or(1),
+            &model,
+            WeightVersion(0),
+        )?;
         runtime.block_on(throughput(Arc::new(remote)))?
     };
     println!(

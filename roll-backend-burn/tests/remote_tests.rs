@@ -246,6 +246,27 @@ fn a_failed_rollout_rank_fails_the_requests_with_its_rank_not_a_hang() {
 }
 
 #[test]
+fn rollout_ranks_divide_the_experts_only_in_whole_groups_of_a_mixture() {
+    let links = LocalGroup::replicas(vec![DeviceSpec::Cpu; 4]).unwrap();
+    let link: Arc<dyn Messenger> = Arc::new(links[0].clone());
+    let dense = actor().model().unwrap();
+    let connect = |ranks: Vec<usize>, experts| {
+        RemoteRollout::connect_with_experts(link.clone(), ranks, experts, &dense, WeightVersion(0))
+            .unwrap_err()
+            .to_string()
+    };
+    let err = connect(vec![1, 2, 3], 2);
+    assert!(
+        err.contains("3 rollout ranks do not form groups of 2"),
+        "{err}"
+    );
+    let err = connect(vec![1, 2], 0);
+    assert!(err.contains("groups of 0"), "{err}");
+    let err = connect(vec![1, 2], 2);
+    assert!(err.contains("this model is dense"), "{err}");
+}
+
+#[test]
 fn a_controller_cannot_be_its_own_rollout_rank() {
     let links = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
     let link: Arc<dyn Messenger> = Arc::new(links[0].clone());

@@ -294,9 +294,10 @@ impl RunBuilder {
                 };
                 match roles {
                     distributed::Roles::Colocated => (placement, None),
-                    distributed::Roles::Disaggregated { rollout, .. } => {
-                        (placement, Some((group.clone(), rollout)))
-                    }
+                    distributed::Roles::Disaggregated { rollout, .. } => (
+                        placement,
+                        Some((group.clone(), rollout, plan.rollout_experts)),
+                    ),
                 }
             }
             _ => (local, None),
@@ -489,7 +490,7 @@ impl RunBuilder {
         tokenizer: Arc<dyn Tokenizer>,
         options: PolicyOptions,
         source: &HfSource,
-        rollout: Option<(Arc<dyn Messenger>, Vec<usize>)>,
+        rollout: Option<(Arc<dyn Messenger>, Vec<usize>, usize)>,
     ) -> Result<(BuildRl, Option<Arc<dyn RewardWorker>>)> {
         let (scheduler, reward) = self.scheduler(plan, tokenizer.clone())?;
         let (trainer, algorithm, pipeline) = (
@@ -534,9 +535,12 @@ impl RunBuilder {
                 }
             };
             let generating: Arc<dyn Policy> = match rollout {
-                Some((link, ranks)) => {
-                    Arc::new(Disaggregated::connect(actor.clone(), link, ranks)?)
-                }
+                Some((link, ranks, experts)) => Arc::new(Disaggregated::connect_with_experts(
+                    actor.clone(),
+                    link,
+                    ranks,
+                    experts,
+                )?),
                 None => Arc::new(actor.clone()),
             };
             let actor = Arc::new(actor);

@@ -309,8 +309,13 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     let Some(trainers) = trainers else {
         *role = "rollout";
         // The architecture and tokenizer come from the model directory; the weights from
-        // rank 0, which starts every rollout rank on its actor's.
-        let template = HfSource::open(&plan.model.dir)?.load_model(&device)?;
+        // rank 0, which starts every rollout rank on its actor's. Built, not loaded: Burn
+        // initialises a parameter when it is first read, so a rank keeping a block of the
+        // experts (`with_experts`) never allocates the others'.
+        let template = roll_backend_burn::CausalLm::init(
+            HfSource::open(&plan.model.dir)?.config(),
+            &device,
+        )?;
         let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;
         if plan.model.plain_prompts {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);

@@ -329,7 +329,8 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 None => "a whole model".to_string(),
             };
             return Err(BackendError::Engine(format!(
-                "new weights are {} but the engine serves {}: sync each rank with its own part                  of the same group",
+                "new weights are {} but the engine serves {}: sync each rank with its own part \
+                 of the same group",
                 say(new),
                 say(old)
             )));

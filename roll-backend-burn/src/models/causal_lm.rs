@@ -221,6 +221,42 @@ impl CausalLm {
         Ok(Self::Qwen3Moe(m))
     }
 
+    /// The parameters rank `part` of an expert-parallel group of `parts` holds
+    /// ([`CausalLm::shard_experts`]), in its parameter order, without the group: every mixture
+    /// keeps that block of its experts, everything else whole. What a weight sync sends such a
+    /// rank.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] as [`CausalLm::shard_experts`] refuses: a dense or
+    /// already sharded model, more parts than experts; or `part` not below `parts`.
+    pub(crate) fn expert_block(self, part: usize, parts: usize) -> Result<Self> {
+        if let Some(kind) = self.sharding() {
+            return Err(BackendError::InvalidInput(format!(
+                "{kind}: it is already sharded; divide the experts of the whole model"
+            )));
+        }
+        let Self::Qwen3Moe(mut m) = self else {
+            return Err(BackendError::InvalidInput(
+                "expert parallelism needs a mixture of experts (qwen3_moe); this model is dense"
+                    .into(),
+            ));
+        };
+        let experts = m.config.num_experts;
+        if part >= parts || parts > experts {
+            return Err(BackendError::InvalidInput(format!(
+                "block {part} of {parts} of {experts} experts: each of the {parts} ranks needs \
+                 at least one"
+            )));
+        }
+        let block = super::expert_parallel::expert_block(part, parts, experts);
+        for layer in &mut m.model.layers {
+            if let FeedForward::Sparse(mixture) = &mut layer.mlp {
+                mixture.keep_experts(block.clone());
+            }
+        }
+        Ok(Self::Qwen3Moe(m))
+    }
+
     /// An expert-parallel model ([`CausalLm::shard_experts`]) whose group is one of several
     /// that train data-parallel: `replicas` are the ranks holding the same experts as this one
     /// in every group (this rank among them, in group order), over which the experts' gradients

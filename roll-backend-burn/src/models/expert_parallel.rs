@@ -75,8 +75,7 @@ impl ExpertShard {
 
     /// The experts rank `rank` holds.
     pub fn range(&self, rank: usize) -> Range<usize> {
-        let w = self.group.world_size();
-        rank * self.num_experts / w..(rank + 1) * self.num_experts / w
+        expert_block(rank, self.group.world_size(), self.num_experts)
     }
 
     /// The rank holding expert `e`.
@@ -252,6 +251,11 @@ impl ExpertShard {
             IndexingUpdateOp::Add,
         ))
     }
+}
+
+/// The experts rank `rank` of `ranks` holds of `experts`: `⌊rank·E/W⌋ .. ⌊(rank+1)·E/W⌋`.
+pub(crate) fn expert_block(rank: usize, ranks: usize, experts: usize) -> Range<usize> {
+    rank * experts / ranks..(rank + 1) * experts / ranks
 }
 
 /// A rank's routed tokens in a mixture's backward ([`ExpertShard::backward`]).

@@ -178,14 +178,18 @@ pub struct SparseMoeBlock {
 impl SparseMoeBlock {
     /// Keeps only `shard`'s experts (see [`ExpertShard`]).
     pub(crate) fn shard(&mut self, shard: ExpertShard) {
-        let mine = shard.mine();
-        self.first_expert = mine.start;
+        self.keep_experts(shard.mine());
+        self.shard = Some(shard);
+    }
+
+    /// Keeps only the experts `range` (of the whole mixture's).
+    pub(crate) fn keep_experts(&mut self, range: std::ops::Range<usize>) {
+        self.first_expert = range.start;
         self.experts = std::mem::take(&mut self.experts)
             .into_iter()
             .enumerate()
-            .filter_map(|(e, expert)| mine.contains(&e).then_some(expert))
+            .filter_map(|(e, expert)| range.contains(&e).then_some(expert))
             .collect();
-        self.shard = Some(shard);
     }
 
     /// # Shapes

@@ -33,7 +33,27 @@ impl Disaggregated {
     /// # Errors
     /// As [`RemoteRollout::connect`].
     pub fn connect(actor: BurnPolicy, link: Arc<dyn Messenger>, ranks: Vec<usize>) -> Result<Self> {
-        let rollout = RemoteRollout::connect(link, ranks, &actor.model()?, actor.weight_version())?;
+        Self::connect_with_experts(actor, link, ranks, 1)
+    }
+
+    /// [`Disaggregated::connect`] to rollout ranks holding the experts divided among groups of
+    /// `experts` (see [`RemoteRollout::connect_with_experts`]).
+    ///
+    /// # Errors
+    /// As [`RemoteRollout::connect_with_experts`].
+    pub fn connect_with_experts(
+        actor: BurnPolicy,
+        link: Arc<dyn Messenger>,
+        ranks: Vec<usize>,
+        experts: usize,
+    ) -> Result<Self> {
+        let rollout = RemoteRollout::connect_with_experts(
+            link,
+            ranks,
+            experts,
+            &actor.model()?,
+            actor.weight_version(),
+        )?;
         Ok(Self { actor, rollout })
     }
 

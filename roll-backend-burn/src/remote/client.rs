@@ -67,6 +67,9 @@ struct Link {
 struct Shared {
     /// The rollout ranks, in the job.
     ranks: Vec<usize>,
+    /// How many consecutive rollout ranks hold each mixture's experts divided among them (1:
+    /// each holds the whole model).
+    experts: usize,
     state: Mutex<State>,
     wake: Condvar,
 }
@@ -105,9 +108,16 @@ struct InFlight {
 
 struct WeightsJob {
     version: u64,
+    /// The weights of each position in a group of ranks dividing the experts (one: the whole
+    /// model, for every rank).
+    parts: Vec<WeightsPart>,
+    done: mpsc::Sender<Result<()>>,
+}
+
+/// One rank's weights, as buckets.
+struct WeightsPart {
     floats: u64,
     buckets: Vec<Vec<u8>>,
-    done: mpsc::Sender<Result<()>>,
 }
 
 /// What one pass of the driver sends.
@@ -142,6 +152,34 @@ impl RemoteRollout {
         model: &CausalLm,
         version: WeightVersion,
     ) -> Result<Self> {
+        Self::connect_with_experts(link, ranks, 1, model, version)
+    }
+
+    /// [`RemoteRollout::connect`] to rollout ranks that hold a mixture of experts' experts
+    /// divided among groups of `experts` consecutive ranks of `ranks` (each running
+    /// [`RolloutServer::with_experts`](super::RolloutServer::with_experts) over its group): a
+    /// weight sync sends each rank only its block of the experts, with the rest of the model.
+    ///
+    /// # Errors
+    /// As [`RemoteRollout::connect`]; [`BackendError::InvalidInput`] for `experts` that does not
+    /// divide the ranks, or a model whose experts do not divide that way.
+    pub fn connect_with_experts(
+        link: Arc<dyn Messenger>,
+        ranks: Vec<usize>,
+        experts: usize,
+        model: &CausalLm,
+        version: WeightVersion,
+    ) -> Result<Self> {
+        if experts == 0 || !ranks.len().is_multiple_of(experts) {
+            return Err(BackendError::InvalidInput(format!(
+                "{} rollout ranks do not form groups of {experts} holding the experts",
+                ranks.len()
+            )));
+        }
+        if experts > 1 {
+            // A model whose experts do not divide so is refused before any rank hears of it.
+            model.clone().expert_block(0, experts)?;
+        }
         let distinct = ranks
             .iter()
             .collect::<std::collections::BTreeSet<_>>()
@@ -162,6 +200,7 @@ impl RemoteRollout {
                 ..State::default()
             }),
             ranks,
+            experts,
             wake: Condvar::new(),
         });
         let driver = {
@@ -199,8 +238,18 @@ impl RemoteRollout {
     /// A parameter that cannot be read, a broken link, or a rank that does not end up serving
     /// `version` ([`BackendError::RolloutRank`]).
     pub fn sync(&self, model: &CausalLm, version: WeightVersion) -> Result<()> {
-        let buckets = weights::to_buckets(model, BUCKET_FLOATS)?;
-        let floats = buckets.iter().map(|b| b.len() as u64 / 4).sum();
+        let experts = self.link.shared.experts;
+        let parts = (0..experts)
+            .map(|part| {
+                let buckets = if experts == 1 {
+                    weights::to_buckets(model, BUCKET_FLOATS)?
+                } else {
+                    weights::to_buckets(&model.clone().expert_block(part, experts)?, BUCKET_FLOATS)?
+                };
+                let floats = buckets.iter().map(|b| b.len() as u64 / 4).sum();
+                Ok(WeightsPart { floats, buckets })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let (done, answer) = mpsc::channel();
         {
             let shared = &self.link.shared;
@@ -210,8 +259,7 @@ impl RemoteRollout {
             }
             state.weights = Some(WeightsJob {
                 version: version.0,
-                floats,
-                buckets,
+                parts,
                 done,
             });
             shared.wake.notify_all();
@@ -433,17 +481,18 @@ fn drive(shared: &Shared, link: &dyn Messenger) -> Result<()> {
     }
 }
 
-/// Sends the weights to every rank, header then buckets, then waits for each to serve them: the
-/// ranks rebuild their models at the same time.
+/// Sends the weights to every rank, header then buckets (a rank dividing the experts its part),
+/// then waits for each to serve them: the ranks rebuild their models at the same time.
 fn push_weights(shared: &Shared, link: &dyn Messenger, job: &WeightsJob) -> Result<()> {
-    let header = encode(&ToRollout::Weights {
-        version: job.version,
-        floats: job.floats,
-        buckets: u32::try_from(job.buckets.len()).unwrap_or(u32::MAX),
-    })?;
-    for &rank in &shared.ranks {
+    for (index, &rank) in shared.ranks.iter().enumerate() {
+        let part = &job.parts[index % job.parts.len()];
+        let header = encode(&ToRollout::Weights {
+            version: job.version,
+            floats: part.floats,
+            buckets: u32::try_from(part.buckets.len()).unwrap_or(u32::MAX),
+        })?;
         send(link, rank, &header)?;
-        for bucket in &job.buckets {
+        for bucket in &part.buckets {
             send(link, rank, bucket)?;
         }
     }

@@ -28,8 +28,6 @@ pub struct RolloutServer {
     engine: EngineConfig,
     decoder: Option<DecoderKind>,
     device: Device,
-    /// The rollout ranks dividing a mixture's experts with this one, if any.
-    experts: Option<Arc<dyn Strategy>>,
 }
 
 impl std::fmt::Debug for RolloutServer {
@@ -72,21 +70,19 @@ impl RolloutServer {
             engine,
             decoder: None,
             device,
-            experts: None,
         }
     }
 
     /// Keeps only this rank's block of every mixture's experts, divided among `group` — rollout
     /// ranks each serving requests of their own, whose engines step together (see
-    /// [`lockstep`](crate::engine::lockstep)). Each weight sync still sends every rank the whole
-    /// model; each keeps its block of it.
+    /// [`lockstep`](crate::engine::lockstep)). The controller must send each rank its block
+    /// ([`RemoteRollout::connect_with_experts`](super::RemoteRollout::connect_with_experts)):
+    /// from here on the rank never holds the other ranks' experts.
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] for a dense template, or more ranks than experts.
     pub fn with_experts(mut self, group: Arc<dyn Strategy>) -> Result<Self> {
-        // Refused now rather than at the controller's first weights.
-        self.template.clone().shard_experts(group.clone())?;
-        self.experts = Some(group);
+        self.template = self.template.shard_experts(group)?;
         Ok(self)
     }
 
@@ -227,11 +223,9 @@ impl Serving<'_> {
                 })?;
             received.push(bytes);
         }
-        let mut model = weights::load(&self.server.template, &received)?;
+        // A rank dividing the experts gets its block, into its sharded template.
+        let model = weights::load(&self.server.template, &received)?;
         drop(received);
-        if let Some(group) = &self.server.experts {
-            model = model.shard_experts(group.clone())?;
-        }
         let expert_parallel = model.expert_group().map_or(1, |g| g.world_size());
         let served = match &self.engine {
             None => {

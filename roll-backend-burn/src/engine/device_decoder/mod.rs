@@ -203,7 +203,8 @@ impl DeviceDecoder {
     /// [`DeviceDecoder::step`] of an expert-parallel model: every mixture layer exchanges its
     /// inputs' tokens with the other ranks' once per call, so every rank goes through every
     /// layer in every call, with no inputs of its own too (its experts then serve the others').
-    /// A call this rank refuses (a bad id, a full cache) still takes part, serving, then fails.
+    /// A call this rank refuses (a bad id, a full cache) still takes part, serving, then fails;
+    /// one that fails part way aborts the group, which stops every peer's engine.
     fn step_with_peers(
         &self,
         cache: &mut DeviceCache,
@@ -216,6 +217,10 @@ impl DeviceDecoder {
         });
         if !ran {
             self.run_all(cache, &[])?;
+        } else if let (Err(e), Some(group)) = (&result, self.model.expert_group()) {
+            // Failed part way, the others may be waiting at a mixture this rank never reached:
+            // their next exchange fails instead of waiting for ever.
+            group.abort(&format!("expert-parallel decoding failed: {e}"));
         }
         result
     }
