@@ -451,9 +451,6 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         &reports,
         &["actor/trained_tokens", "actor/sequences", "reward/mean"],
     );
-    for b in &reports {
-        assert_eq!(b.metrics["actor/train_infer_logprob_gap"], 0.0);
-    }
     let generated: Vec<_> = served
         .iter()
         .map(|f| match f {
