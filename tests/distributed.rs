@@ -469,6 +469,34 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         worst <= 1e-5,
         "experts divided among rollout ranks: differs by {worst}"
     );
+    // Asynchronous (generation up to one version ahead of training, over four steps): weight
+    // syncs reach the rollout ranks while their requests run, and their engines step over two
+    // weight versions at once until the old ones finish.
+    let out = out_dir("moe-rollout-experts-async");
+    let overrides = [
+        &overrides[..],
+        &["rollout.max_staleness=1", "run.max_steps=4"],
+    ]
+    .concat();
+    let (reports, _, served) = led_run(config(&out, &overrides), 3).await;
+    outs.push(out);
+    assert_eq!(reports.len(), 4);
+    let mut one_behind = 0.0;
+    for step in &reports {
+        assert!(step.metrics["rollout/max_staleness"] <= 1.0, "{step}");
+        one_behind += step.metrics["rollout/staleness_1"];
+    }
+    assert!(one_behind > 0.0, "no sample came from the version before");
+    for f in &served {
+        let Followed::Generated(s) = f else {
+            panic!("a rollout rank trained: {served:?}");
+        };
+        assert_eq!(
+            (s.version, s.expert_parallel),
+            (WeightVersion(4), 2),
+            "{s:?}"
+        );
+    }
     // Two copies of the two blocks of experts over four training ranks, the experts' gradients
     // summed over the ranks holding the same block; stopped after a step and resumed (the
     // first copy writes the parts, both read them).

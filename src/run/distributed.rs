@@ -312,10 +312,8 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
         // rank 0, which starts every rollout rank on its actor's. Built, not loaded: Burn
         // initialises a parameter when it is first read, so a rank keeping a block of the
         // experts (`with_experts`) never allocates the others'.
-        let template = roll_backend_burn::CausalLm::init(
-            HfSource::open(&plan.model.dir)?.config(),
-            &device,
-        )?;
+        let template =
+            roll_backend_burn::CausalLm::init(HfSource::open(&plan.model.dir)?.config(), &device)?;
         let mut tokenizer = HfTokenizer::from_dir(&plan.model.dir)?;
         if plan.model.plain_prompts {
             tokenizer = tokenizer.with_chat_template(ChatTemplate::Plain);
