@@ -167,19 +167,7 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
     let worst = max_param_diff(&alone_model, &model);
     assert!(worst <= 1e-5, "the disaggregated run differs by {worst}");
     // Each rollout rank started on version 0 and was sent each step's weights.
-    let generated: Vec<_> = served
-        .iter()
-        .map(|f| match f {
-            Followed::Generated(s) => *s,
-            other => panic!("a rollout rank trained: {other:?}"),
-        })
-        .collect();
-    assert_eq!(generated.len(), 2);
-    for s in &generated {
-        assert_eq!((s.weight_syncs, s.version), (3, WeightVersion(2)), "{s:?}");
-        assert_eq!(s.expert_parallel, 1, "{s:?}");
-        assert!(s.requests > 0, "both ranks generated: {generated:?}");
-    }
+    two_rollout_ranks_followed(&served, 1);
 
     // Two trainers (a data-parallel sub-group of the job) and two rollout ranks.
     let both_out = out_dir("disaggregated-both");
@@ -451,19 +439,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         &reports,
         &["actor/trained_tokens", "actor/sequences", "reward/mean"],
     );
-    let generated: Vec<_> = served
-        .iter()
-        .map(|f| match f {
-            Followed::Generated(s) => *s,
-            other => panic!("a rollout rank trained: {other:?}"),
-        })
-        .collect();
-    assert_eq!(generated.len(), 2);
-    for s in &generated {
-        assert_eq!((s.weight_syncs, s.version), (3, WeightVersion(2)), "{s:?}");
-        assert_eq!(s.expert_parallel, 2, "{s:?}");
-        assert!(s.requests > 0, "both ranks generated: {generated:?}");
-    }
+    two_rollout_ranks_followed(&served, 2);
     let worst = max_param_diff(&alone_model, &model);
     assert!(
         worst <= 1e-5,
@@ -765,6 +741,20 @@ fn what_a_run_across_processes_does_not_take_is_refused_on_every_rank() {
             err.contains("rank 0 (controller)") && err.contains(expected),
             "{err}"
         );
+    }
+}
+
+/// `served` is two rollout ranks that both generated, each started on version 0 and sent each
+/// of two steps' weights, holding the experts divided `experts` ways (1: the whole model).
+fn two_rollout_ranks_followed(served: &[Followed], experts: usize) {
+    assert_eq!(served.len(), 2, "{served:?}");
+    for f in served {
+        let Followed::Generated(s) = f else {
+            panic!("a rollout rank trained: {served:?}");
+        };
+        assert_eq!((s.weight_syncs, s.version), (3, WeightVersion(2)), "{s:?}");
+        assert_eq!(s.expert_parallel, experts, "{s:?}");
+        assert!(s.requests > 0, "both ranks generated: {served:?}");
     }
 }
 

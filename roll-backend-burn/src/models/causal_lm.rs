@@ -195,30 +195,10 @@ impl CausalLm {
     /// [`BackendError::InvalidInput`] for a dense model, a model already sharded (its ranks
     /// would not hold different tokens), or a group with more ranks than the model has experts.
     pub fn shard_experts(self, group: Arc<dyn Strategy>) -> Result<Self> {
-        if let Some(kind) = self.sharding() {
-            return Err(BackendError::InvalidInput(format!(
-                "{kind}: it is already sharded; divide the experts of the whole model"
-            )));
-        }
-        let Self::Qwen3Moe(mut m) = self else {
-            return Err(BackendError::InvalidInput(
-                "expert parallelism needs a mixture of experts (qwen3_moe); this model is dense"
-                    .into(),
-            ));
-        };
-        let ranks = group.world_size();
-        let shard = ExpertShard::new(group, m.config.num_experts).ok_or_else(|| {
-            BackendError::InvalidInput(format!(
-                "{ranks} expert-parallel ranks for {} experts: each rank needs at least one",
-                m.config.num_experts
-            ))
-        })?;
-        for layer in &mut m.model.layers {
-            if let FeedForward::Sparse(block) = &mut layer.mlp {
-                block.shard(shard.clone());
-            }
-        }
-        Ok(Self::Qwen3Moe(m))
+        let shard = |experts| ExpertShard::new(group.clone(), experts);
+        self.divide_experts(group.world_size(), |mixture, experts| {
+            mixture.shard(shard(experts));
+        })
     }
 
     /// The parameters rank `part` of an expert-parallel group of `parts` holds
@@ -230,6 +210,27 @@ impl CausalLm {
     /// [`BackendError::InvalidInput`] as [`CausalLm::shard_experts`] refuses: a dense or
     /// already sharded model, more parts than experts; or `part` not below `parts`.
     pub(crate) fn expert_block(self, part: usize, parts: usize) -> Result<Self> {
+        if part >= parts {
+            return Err(BackendError::InvalidInput(format!(
+                "block {part} of {parts}: there is no such block of the experts"
+            )));
+        }
+        self.divide_experts(parts, |mixture, experts| {
+            mixture.keep_experts(super::expert_parallel::expert_block(part, parts, experts));
+        })
+    }
+
+    /// This whole mixture of experts with `divide` applied to every mixture (with the number of
+    /// experts), once it is known that `ranks` ranks can divide its experts.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a dense model, a model already sharded (its ranks
+    /// would not hold different tokens), or more ranks than experts.
+    fn divide_experts(
+        self,
+        ranks: usize,
+        mut divide: impl FnMut(&mut super::qwen3_moe::SparseMoeBlock, usize),
+    ) -> Result<Self> {
         if let Some(kind) = self.sharding() {
             return Err(BackendError::InvalidInput(format!(
                 "{kind}: it is already sharded; divide the experts of the whole model"
@@ -242,16 +243,14 @@ impl CausalLm {
             ));
         };
         let experts = m.config.num_experts;
-        if part >= parts || parts > experts {
+        if ranks == 0 || ranks > experts {
             return Err(BackendError::InvalidInput(format!(
-                "block {part} of {parts} of {experts} experts: each of the {parts} ranks needs \
-                 at least one"
+                "{ranks} expert-parallel ranks for {experts} experts: each rank needs at least one"
             )));
         }
-        let block = super::expert_parallel::expert_block(part, parts, experts);
         for layer in &mut m.model.layers {
             if let FeedForward::Sparse(mixture) = &mut layer.mlp {
-                mixture.keep_experts(block.clone());
+                divide(mixture, experts);
             }
         }
         Ok(Self::Qwen3Moe(m))

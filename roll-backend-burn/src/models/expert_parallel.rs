@@ -52,14 +52,14 @@ impl std::fmt::Debug for ExpertShard {
 }
 
 impl ExpertShard {
-    /// This rank's share of `num_experts` experts over `group`; `None` when the group has more
-    /// ranks than experts (a rank would hold none).
-    pub(crate) fn new(group: Arc<dyn Strategy>, num_experts: usize) -> Option<Self> {
-        (group.world_size() <= num_experts).then_some(Self {
+    /// This rank's share of `num_experts` experts over `group` (no more ranks than experts:
+    /// [`CausalLm::shard_experts`](crate::CausalLm::shard_experts) checks).
+    pub(crate) fn new(group: Arc<dyn Strategy>, num_experts: usize) -> Self {
+        Self {
             group,
             num_experts,
             replicas: None,
-        })
+        }
     }
 
     /// The ranks holding the same experts in the other groups of a data-parallel job, if any.
