@@ -28,7 +28,9 @@ type SyncFn =
 /// [`Engine::submit`] never blocks: it queues the request and returns a [`RequestHandle`] to await,
 /// stream or abort it. The engine thread owns the model's cache and decodes every admitted request
 /// in one batch per step (see the [module docs](super)). Dropping the engine lets queued and running
-/// requests finish, then stops the thread.
+/// requests finish, then stops the thread — for an engine over an expert-parallel model, whose
+/// ranks' engines step together ([`lockstep`](super::lockstep)), once every peer's engine has
+/// been dropped too: until then it serves their tokens.
 pub struct Engine {
     // `Option` so that `Drop` can close the channel before joining the thread.
     submit: Option<Box<SubmitFn>>,

@@ -20,10 +20,14 @@
 //! - anywhere else, Burn's tensor ops: the sequence's rows gathered from the pools, then
 //!   matmul, masked softmax, matmul.
 //!
-//! **Batch invariance.** Each input of a forward runs through the layers on its own, so no
-//! reduction ever sees another sequence's rows: a sequence's logits are the same whatever shares
-//! the call. (Stacking the inputs' rows into one GEMM would be faster on a GPU, but a GEMM's
-//! kernel choice — and so its rounding — may depend on the row count.)
+//! **Batch invariance.** Each input of a forward runs through ops of its own (the inputs go
+//! through the layers side by side, layer by layer), so no op ever sees another sequence's rows:
+//! a sequence's logits are the same whatever shares the call. (Stacking the inputs' rows into
+//! one GEMM would be faster on a GPU, but a GEMM's kernel choice — and so its rounding — may
+//! depend on the row count.) The one exception is an expert-parallel mixture, whose experts
+//! take every input's and every rank's routed rows in one product, as expert parallelism must:
+//! there a sequence's logits are as exact as the experts' products are independent of their
+//! row count — on the CPU, bit for bit in every test (`expert_parallel_engine_tests.rs`).
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use super::paged::{BLOCK_TOKENS, CacheShape, PagedBlocks, PagedCache, checked_step};
