@@ -11,9 +11,9 @@ use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig, GenerationEve
 use roll_backend_burn::{CausalLm, Device};
 use roll_core::WeightVersion;
 use roll_core::policy::{Generation, GenerationRequest, SamplingParams};
-use roll_core::strategy::{DeviceSpec, LocalGroup, LocalReplica, Strategy};
+use roll_core::strategy::Strategy;
 use std::sync::Arc;
-use support::qwen3_moe_config;
+use support::{on_ranks, qwen3_moe_config};
 
 /// A request: prompt and sampling parameters.
 type Request = (Vec<u32>, SamplingParams);
@@ -83,25 +83,15 @@ fn assert_same(got: &Generation, want: &Generation, what: &str) {
     assert!(worst <= 1e-5, "{what}: log-probs differ by {worst}");
 }
 
-/// Runs `body` on every replica's thread, with its rank's part of `model`.
+/// Runs `body` on every rank of a group of `ranks` threads, with its rank's part of `model`.
 fn on_each_rank<T: Send>(
     model: &CausalLm,
     ranks: usize,
-    body: impl Fn(&LocalReplica, CausalLm) -> T + Sync,
+    body: impl Fn(Arc<dyn Strategy>, CausalLm) -> T + Sync,
 ) -> Vec<T> {
-    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = group
-            .iter()
-            .map(|replica| {
-                let body = &body;
-                s.spawn(move || {
-                    let strategy: Arc<dyn Strategy> = Arc::new(replica.clone());
-                    body(replica, model.clone().shard_experts(strategy).unwrap())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    on_ranks(ranks, |link| {
+        let group: Arc<dyn Strategy> = link;
+        body(group.clone(), model.clone().shard_experts(group).unwrap())
     })
 }
 
@@ -110,10 +100,10 @@ fn expert_parallel_engines_generate_what_the_whole_model_does() {
     let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
     // 4 experts over 2 ranks (2 + 2) and over 3 (1 + 1 + 2; rank 2 submits nothing).
     for ranks in [2usize, 3] {
-        let generated = on_each_rank(&model, ranks, |replica, part| {
+        let generated = on_each_rank(&model, ranks, |group, part| {
             let engine =
                 Engine::for_model(&part, &Device::flex(), EngineConfig::default(), None).unwrap();
-            let handles: Vec<_> = requests(replica.rank())
+            let handles: Vec<_> = requests(group.rank())
                 .into_iter()
                 .map(|(prompt, params)| {
                     engine
@@ -152,45 +142,34 @@ fn expert_parallel_engines_sync_together_and_finish_old_sequences_on_old_weights
     let after = CausalLm::init(&qwen3_moe_config(), &device).unwrap();
     let long: Request = (prompt(6, 9), params(48, Some(21)));
     let late = |rank: usize| -> Request { (prompt(4 + rank, 10 + rank), params(10, Some(30))) };
-    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
-    let results: Vec<(Option<Generation>, Generation, WeightVersion)> = std::thread::scope(|s| {
-        let handles: Vec<_> = group
-            .iter()
-            .map(|replica| {
-                let (before, after, long, device) = (&before, &after, &long, &device);
-                s.spawn(move || {
-                    let strategy: Arc<dyn Strategy> = Arc::new(replica.clone());
-                    let part = |m: &CausalLm| m.clone().shard_experts(strategy.clone()).unwrap();
-                    let engine =
-                        Engine::for_model(&part(before), device, EngineConfig::default(), None)
-                            .unwrap();
-                    let mut first = None;
-                    if replica.rank() == 0 {
-                        let (prompt, params) = long.clone();
-                        let mut handle = engine
-                            .submit(GenerationRequest::new(prompt, params))
-                            .unwrap();
-                        // Running (a token out) before the sync.
-                        match handle.next_event_blocking() {
-                            Some(GenerationEvent::Token(_)) => {}
-                            other => panic!("expected a token, got {other:?}"),
-                        }
-                        first = Some(handle);
-                    }
-                    // Returns once the other rank has synced as well.
-                    let version = engine.sync_weights_blocking(&part(after)).unwrap();
-                    let (prompt, params) = late(replica.rank());
-                    let second = engine
-                        .submit(GenerationRequest::new(prompt, params))
-                        .unwrap()
-                        .wait()
-                        .unwrap();
-                    let first = first.map(|h| h.wait().unwrap());
-                    (first, second, version)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let results = on_each_rank(&before, 2, |group, first_part| {
+        let engine =
+            Engine::for_model(&first_part, &device, EngineConfig::default(), None).unwrap();
+        let mut first = None;
+        if group.rank() == 0 {
+            let (prompt, params) = long.clone();
+            let mut handle = engine
+                .submit(GenerationRequest::new(prompt, params))
+                .unwrap();
+            // Running (a token out) before the sync.
+            match handle.next_event_blocking() {
+                Some(GenerationEvent::Token(_)) => {}
+                other => panic!("expected a token, got {other:?}"),
+            }
+            first = Some(handle);
+        }
+        // This rank's part of the new weights, over the same group as the first.
+        let new_part = after.clone().shard_experts(group.clone()).unwrap();
+        // Returns once the other rank has synced as well.
+        let version = engine.sync_weights_blocking(&new_part).unwrap();
+        let (prompt, params) = late(group.rank());
+        let second = engine
+            .submit(GenerationRequest::new(prompt, params))
+            .unwrap()
+            .wait()
+            .unwrap();
+        let first = first.map(|h| h.wait().unwrap());
+        (first, second, version)
     });
     for (rank, (first, second, version)) in results.iter().enumerate() {
         assert_eq!(*version, WeightVersion(1), "rank {rank}");
@@ -242,9 +221,9 @@ fn an_expert_parallel_engine_refuses_a_whole_model_sync_and_other_decoders() {
 #[test]
 fn an_expert_parallel_engine_whose_peer_is_gone_fails_its_requests() {
     let model = CausalLm::init(&qwen3_moe_config(), &Device::flex()).unwrap();
-    let outcomes = on_each_rank(&model, 2, |replica, part| {
-        if replica.rank() == 1 {
-            replica.abort("rank 1 failed to load its weights");
+    let outcomes = on_each_rank(&model, 2, |group, part| {
+        if group.rank() == 1 {
+            group.abort("rank 1 failed to load its weights");
             return None;
         }
         let engine =

@@ -30,7 +30,7 @@ use roll_core::strategy::{DeviceSpec, LocalGroup, Messenger, Strategy};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 use std::collections::HashMap;
 use std::sync::Arc;
-use support::{fixture, max_abs_diff, qwen3_moe_config};
+use support::{fixture, max_abs_diff, on_ranks, qwen3_moe_config};
 
 /// Rank `rank`'s batch: its own sequences, lengths and padding.
 fn batch(rank: usize, vocab: usize) -> TokenBatch {
@@ -285,22 +285,6 @@ fn check_expert_ranks(
 }
 
 // ---- Tensor parallelism ----
-
-/// Runs `body` on every rank of a group of `ranks` threads; the results by rank.
-fn on_ranks<T: Send>(ranks: usize, body: impl Fn(Arc<dyn Messenger>) -> T + Sync) -> Vec<T> {
-    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = group
-            .iter()
-            .map(|replica| {
-                let body = &body;
-                let link: Arc<dyn Messenger> = Arc::new(replica.clone());
-                s.spawn(move || body(link))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
 
 /// The tiny Qwen2 fixture (q/k/v biases, tied head, 4 heads over 2 key/value heads, MLP 352).
 fn qwen2() -> CausalLm {

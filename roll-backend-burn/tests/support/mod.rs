@@ -4,8 +4,10 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
+use roll_core::strategy::{DeviceSpec, LocalGroup, Messenger};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// `../shared/fixtures/<name>` relative to the workspace root.
 pub fn fixture(name: &str) -> PathBuf {
@@ -208,4 +210,20 @@ pub fn grads_of<M: Module>(m: &M, grads: GradientsParams) -> BTreeMap<String, Ve
     };
     m.visit(&mut c);
     c.out
+}
+
+/// Runs `body` on every rank of a group of `ranks` threads; the results by rank.
+pub fn on_ranks<T: Send>(ranks: usize, body: impl Fn(Arc<dyn Messenger>) -> T + Sync) -> Vec<T> {
+    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .iter()
+            .map(|replica| {
+                let body = &body;
+                let link: Arc<dyn Messenger> = Arc::new(replica.clone());
+                s.spawn(move || body(link))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
