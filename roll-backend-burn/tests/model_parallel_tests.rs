@@ -245,6 +245,127 @@ fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
     }
 }
 
+#[test]
+fn pipelines_whose_stages_divide_their_experts_train_as_the_whole_trainer() {
+    // Two pipelines of two stages side by side (4 threads: rank `s·2 + p` holds stage `s` of
+    // pipeline `p`), each stage's experts divided between the two pipelines: a pipeline's tokens
+    // travel to the other pipeline's rank of the same stage for the experts it holds, and back,
+    // forward and backward. Pipeline 0 trains one sequence and pipeline 1 three, a micro-batch
+    // each: pipeline 0 runs two idle micro-batches through both stages, serving its experts. Then
+    // two such copies side by side (8 threads), the experts' gradients summed over the ranks
+    // holding the same ones, one of the four pipelines with two sequences and one with none.
+    // Against the whole trainer on the whole batch: the gradients after the all-reduces, the
+    // reports and the weights after two clipped steps, and the whole model gathered on every
+    // rank. (Three layers — a mixture, a dense layer, a mixture — so that each stage has one.)
+    let model = {
+        let mut c = qwen3_moe_config();
+        c.num_hidden_layers = 3;
+        c.mlp_only_layers = Some(vec![1]);
+        let m = CausalLm::init(&c, &Device::flex()).unwrap();
+        let _ = support::params(&m);
+        m
+    };
+    let config = TrainerConfig {
+        micro_batch_size: Some(1),
+        ..step_config()
+    };
+    let batches = [train_batch(&model, 31), train_batch(&model, 32)];
+    let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+    let want_steps = batches.iter().map(|b| step(&mut whole, b)).collect();
+    let trained = whole.inference_model().unwrap();
+    let want: Trained = (want_steps, by_id(&trained, None));
+    let want_gathered = support::params(&trained);
+    let whole_params = want.1.len();
+    for copies in [1, 2] {
+        let per_rank = on_ranks(4 * copies, |job| {
+            let rank = job.rank();
+            let (c, place) = (rank / 4, rank % 4);
+            // Every rank forms every group, in the same order: the copies, each stage's ranks in
+            // every pipeline (the data-parallel group), the ranks holding the same part.
+            let mut copy = None;
+            for c in 0..copies {
+                copy = copy.or(job
+                    .subgroup(&(4 * c..4 * c + 4).collect::<Vec<_>>())
+                    .unwrap());
+            }
+            let mut data = None;
+            for s in 0..2 {
+                let stage: Vec<usize> = (0..4 * copies).filter(|r| r % 4 / 2 == s).collect();
+                data = data.or(job.subgroup(&stage).unwrap());
+            }
+            let mut replicas = None;
+            if copies == 2 {
+                for p in 0..4 {
+                    replicas = replicas.or(job.subgroup(&[p, p + 4]).unwrap());
+                }
+            }
+            let (experts, link) = tensor_pipeline_groups(&copy.unwrap(), 2).unwrap();
+            let mut part = model
+                .clone()
+                .split_stages(link)
+                .unwrap()
+                .shard_experts(experts)
+                .unwrap();
+            if let Some(replicas) = replicas {
+                let replicas: Arc<dyn Strategy> = replicas;
+                part = part.with_expert_replicas(replicas).unwrap();
+            }
+            let data: Arc<dyn Strategy> = data.unwrap();
+            let mut trainer = Trainer::new(part, config.clone(), &Device::flex())
+                .unwrap()
+                .with_strategy(data);
+            assert_eq!(trainer.part_index(), Some(place));
+            let pipeline = 2 * c + place % 2;
+            let mine = match (copies, pipeline) {
+                (1, 0) => 0..1,
+                (1, _) => 1..4,
+                (_, 0) => 0..2,
+                (_, 1) => 2..3,
+                (_, 2) => 3..4,
+                _ => 4..4,
+            };
+            let steps: Vec<_> = batches
+                .iter()
+                .map(|b| {
+                    let shard = TrainBatch::new(b.sequences()[mine.clone()].to_vec()).unwrap();
+                    step(&mut trainer, &shard)
+                })
+                .collect();
+            let params = by_id(&trainer.inference_model().unwrap(), None);
+            let gathered = support::params(&trainer.whole_model().unwrap());
+            (rank, (steps, params), gathered)
+        });
+        check_expert_ranks(&want, &want_gathered, whole_params, per_rank);
+    }
+    // A stage without a mixture has no experts to divide (nor exchanges to keep its
+    // micro-batches in step); the experts are divided after the stages are split.
+    let errors = on_ranks(2, |link| {
+        let stage = qwen3_moe().split_stages(link).unwrap();
+        let group = LocalGroup::replicas(vec![DeviceSpec::Cpu])
+            .unwrap()
+            .remove(0);
+        let one: Arc<dyn Strategy> = Arc::new(group);
+        let divided = stage.shard_experts(one.clone()).map(drop);
+        let split = qwen3_moe().shard_experts(one).unwrap();
+        let alone = LocalGroup::replicas(vec![DeviceSpec::Cpu])
+            .unwrap()
+            .remove(0);
+        let link: Arc<dyn Messenger> = Arc::new(alone);
+        (divided, split.split_stages(link).unwrap_err().to_string())
+    });
+    let stage0 = errors[0].0.as_ref().unwrap_err().to_string();
+    assert!(
+        stage0.contains("pipeline stage 0 of 2 holds layers 0..1, none of them a mixture"),
+        "{stage0}"
+    );
+    assert!(errors[1].0.is_ok(), "stage 1 holds the mixture");
+    assert!(
+        errors[0].1.contains("then divide each stage's experts"),
+        "{}",
+        errors[0].1
+    );
+}
+
 /// Checks each expert-parallel rank's steps, weights and gathered model (by its block `rank`)
 /// against the whole trainer's.
 fn check_expert_ranks(
@@ -796,12 +917,12 @@ fn model_parallel_refusals_name_the_cause() {
         }
     }
     // What only a whole model does, and expert parallelism across ranks holding different
-    // tokens, which neither takes stages nor is taken by a stage.
+    // tokens, which does not take stages (a stage divides its own experts: see
+    // `pipelines_whose_stages_divide_their_experts_train_as_the_whole_trainer`).
     let errors = on_ranks(1, |link| {
         let stage = qwen2().split_stages(link.clone()).unwrap();
         let moe = || CausalLm::init(&qwen3_moe_config(), &device).unwrap();
         let experts = || moe().shard_experts(link.clone()).unwrap();
-        let moe_stage = || moe().split_stages(link.clone()).unwrap();
         [
             (
                 "run a whole forward",
@@ -811,11 +932,6 @@ fn model_parallel_refusals_name_the_cause() {
                 "an expert-parallel model (CausalLm::shard_experts) holds only some of its \
                  experts: it is already sharded",
                 error(experts().split_stages(link.clone()).map(drop)),
-            ),
-            (
-                "a pipeline stage (CausalLm::split_stages) holds only some of the layers: it is \
-                 already sharded; divide the experts of the whole model",
-                error(moe_stage().shard_experts(link.clone()).map(drop)),
             ),
             (
                 "cannot form pipeline stages of 2",

@@ -231,9 +231,11 @@ impl CausalLm {
         ranks: usize,
         mut divide: impl FnMut(&mut super::qwen3_moe::SparseMoeBlock, usize),
     ) -> Result<Self> {
-        if let Some(kind) = self.sharding() {
+        if self.tensor_shard().is_some() || self.is_expert_sharded() {
+            let kind = self.sharding().unwrap_or("a part of a model");
             return Err(BackendError::InvalidInput(format!(
-                "{kind}: it is already sharded; divide the experts of the whole model"
+                "{kind}: it is already sharded; divide the experts of the whole model (or of a \
+                 pipeline stage)"
             )));
         }
         let Self::Qwen3Moe(mut m) = self else {
@@ -246,6 +248,24 @@ impl CausalLm {
         if ranks == 0 || ranks > experts {
             return Err(BackendError::InvalidInput(format!(
                 "{ranks} expert-parallel ranks for {experts} experts: each rank needs at least one"
+            )));
+        }
+        // The ranks align their micro-batches through the experts' exchanges: a stage holding
+        // no mixture would have none.
+        if let Some(stage) = &m.pipeline_stage
+            && !m
+                .model
+                .layers
+                .iter()
+                .any(|l| matches!(l.mlp, FeedForward::Sparse(_)))
+        {
+            return Err(BackendError::InvalidInput(format!(
+                "pipeline stage {} of {} holds layers {:?}, none of them a mixture of experts \
+                 (mlp_only_layers): each stage of a pipeline whose experts are divided among \
+                 pipelines needs one",
+                stage.stage(),
+                stage.stages(),
+                stage.layers()
             )));
         }
         for layer in &mut m.model.layers {
@@ -411,13 +431,15 @@ impl CausalLm {
     /// ends in its group's all-reduce).
     ///
     /// # Errors
-    /// [`BackendError::InvalidInput`] for a pipeline stage or an expert-parallel model (whose
-    /// ranks hold different tokens: [`CausalLm::shard_experts`]), or more stages than layers.
+    /// [`BackendError::InvalidInput`] for a pipeline stage or an expert-parallel model (split
+    /// the whole model, then divide each stage's experts: [`CausalLm::shard_experts`]), or more
+    /// stages than layers.
     pub fn split_stages(self, link: Arc<dyn Messenger>) -> Result<Self> {
         if self.pipeline_stage().is_some() || self.is_expert_sharded() {
             let kind = self.sharding().unwrap_or("a part of a model");
             return Err(BackendError::InvalidInput(format!(
-                "{kind}: it is already sharded; split the whole model into stages"
+                "{kind}: it is already sharded; split the whole model into stages (and then \
+                 divide each stage's experts)"
             )));
         }
         fn split<A: Architecture>(
@@ -509,9 +531,10 @@ impl CausalLm {
         })
     }
 
-    /// How the ranks of a copy of a tensor-parallel model, a pipeline, or both, hold parts of it:
-    /// one [`PartLevel`] per way it is divided, innermost first (the tensor-parallel group of a
-    /// stage, then the pipeline's link); empty for a whole (or expert-parallel) model.
+    /// How the ranks of a copy of a tensor-parallel model, an expert-parallel one, a pipeline, or
+    /// a pipeline of tensor- or expert-parallel stages, hold parts of it: one [`PartLevel`] per
+    /// way it is divided, innermost first (the tensor-parallel group of a stage, or the ranks
+    /// dividing its experts; then the pipeline's link); empty for a whole model.
     pub(crate) fn part_levels(&self) -> Vec<PartLevel> {
         let mut levels = Vec::new();
         if let Some(shard) = self.tensor_shard() {
@@ -519,6 +542,13 @@ impl CausalLm {
                 group: shard.group(),
                 index: shard.rank(),
                 own: self.sliced_params(),
+            });
+        }
+        if let Some(group) = self.expert_group() {
+            levels.push(PartLevel {
+                index: group.rank(),
+                group,
+                own: self.own_expert_params(),
             });
         }
         if let Some(stage) = self.pipeline_stage() {

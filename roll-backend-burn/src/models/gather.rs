@@ -148,10 +148,7 @@ impl CausalLm {
     pub fn gather(&self) -> Result<CausalLm> {
         // The groups to sum over, innermost first: a tensor-parallel group (or the experts'),
         // then a pipeline's link.
-        let mut groups: Vec<_> = self.part_levels().into_iter().map(|l| l.group).collect();
-        if groups.is_empty() {
-            groups.extend(self.expert_group());
-        }
+        let groups: Vec<_> = self.part_levels().into_iter().map(|l| l.group).collect();
         if groups.is_empty() {
             return Ok(self.clone());
         }

@@ -466,19 +466,13 @@ impl<M: Module> Core<M> {
     }
 
     /// Makes this trainer one replica of an expert-parallel model whose experts are divided
-    /// over `group` (its data-parallel group, or one of several copies of it there), with
-    /// `own` this replica's experts' parameters: their gradients are summed over `replicas`
-    /// (the ranks holding the same experts; none: no other rank does) rather than the whole
-    /// data-parallel group, and their squares over `group`, for the global norm.
-    pub(crate) fn own_experts(
-        &mut self,
-        group: Arc<dyn Strategy>,
-        own: Vec<ParamId>,
-        replicas: Option<Arc<dyn Strategy>>,
-    ) {
-        self.unreplicated = own.iter().copied().collect();
+    /// among the ranks of its data-parallel group (or of one of several copies of it there; see
+    /// [`Core::own_parts`] for the group), with `own` this replica's experts' parameters: their
+    /// gradients are summed over `replicas` (the ranks holding the same experts; none: no other
+    /// rank does) rather than the whole data-parallel group.
+    pub(crate) fn own_experts(&mut self, own: Vec<ParamId>, replicas: Option<Arc<dyn Strategy>>) {
+        self.unreplicated = own.into_iter().collect();
         self.expert_replicas = replicas.map(Group::new);
-        self.own_parts(vec![(group, own)]);
     }
 
     /// The size of the group of ranks holding this replica's experts, and this one's rank

@@ -212,12 +212,13 @@ impl Trainer {
     fn own_parts(&mut self) -> Result<()> {
         let model = self.core.module()?;
         let levels = model.part_levels();
-        if !levels.is_empty() {
-            self.core
-                .own_parts(levels.into_iter().map(|l| (l.group, l.own)).collect());
-        } else if let Some(group) = model.expert_group() {
-            let (own, replicas) = (model.own_expert_params(), model.expert_replicas());
-            self.core.own_experts(group, own, replicas);
+        let experts = model
+            .expert_group()
+            .map(|_| (model.own_expert_params(), model.expert_replicas()));
+        self.core
+            .own_parts(levels.into_iter().map(|l| (l.group, l.own)).collect());
+        if let Some((own, replicas)) = experts {
+            self.core.own_experts(own, replicas);
         }
         Ok(())
     }
@@ -227,13 +228,8 @@ impl Trainer {
     /// `s` of a pipeline of `T`-rank tensor-parallel stages is `s·T + t`); `None` for a whole
     /// model.
     pub fn part_index(&self) -> Option<usize> {
-        let model = self.core.module().ok()?;
-        let levels = model.part_levels();
-        if levels.is_empty() {
-            model.expert_group().map(|group| group.rank())
-        } else {
-            Some(PartLevel::copy_index(&levels))
-        }
+        let levels = self.core.module().ok()?.part_levels();
+        (!levels.is_empty()).then(|| PartLevel::copy_index(&levels))
     }
 
     /// Writes this rank's part of a checkpoint of a tensor-, pipeline- or expert-parallel model
@@ -390,46 +386,19 @@ impl Trainer {
                 &self.core.ad_device,
             )
         };
-        if let Some(experts) = model.expert_group() {
-            // The data-parallel group is the experts' group, or its copies side by side: rank
-            // `c·E + r` holds block `r` in copy `c` (`c` its rank among the replicas).
-            let (rank, ranks) = self.core.data_place();
-            let (copy, copies) = self.core.expert_replica_place();
-            let (e, width) = (experts.rank(), experts.world_size());
-            if (rank, ranks) != (copy * width + e, copies * width) {
-                return Err(BackendError::InvalidInput(format!(
-                    "an expert-parallel model trains in the data-parallel group that holds its \
-                     experts (Trainer::with_strategy with the group given to \
-                     CausalLm::shard_experts, or with its copies, each rank's replicas given to \
-                     CausalLm::with_expert_replicas): its experts are on {width} ranks in \
-                     {copies} copies, this trainer is rank {rank} of {ranks}"
-                )));
+        // Where the experts are divided among ranks holding different tokens, every rank of
+        // their group runs each micro-batch index together: one with fewer serves the others'.
+        let micro_batches = match model.expert_group() {
+            Some(experts) => {
+                self.check_expert_place(experts.as_ref())?;
+                let mut count = [plan.chunks.len() as f32];
+                experts
+                    .all_reduce(&mut count, ReduceOp::Max)
+                    .map_err(|e| BackendError::Collective(Box::new(e)))?;
+                count[0] as usize
             }
-            // Every rank runs each micro-batch index together; one with fewer serves the others.
-            let mut count = [plan.chunks.len() as f32];
-            experts
-                .all_reduce(&mut count, ReduceOp::Max)
-                .map_err(|e| BackendError::Collective(Box::new(e)))?;
-            for k in 0..count[0] as usize {
-                let chunk = plan.chunks.get(k).map(chunk).transpose()?;
-                let (grads, metrics) = blockwise::expert_parallel_gradients(
-                    model,
-                    chunk.as_ref(),
-                    &self.core.ad_device,
-                    |last| {
-                        let c = chunk.as_ref().ok_or_else(|| {
-                            BackendError::Train("an idle micro-batch ran the objective".into())
-                        })?;
-                        burn_objective(model, c, &objective, &plan, model.final_norm(last))
-                    },
-                )?;
-                acc.accumulate(model, grads);
-                if let (Some(m), Some(c)) = (metrics, &chunk) {
-                    record(&mut sums, &mut loss, &m, c.trained);
-                }
-            }
-            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
-        }
+            None => plan.chunks.len(),
+        };
         if let Some(stage) = model.pipeline_stage() {
             let chunks = plan.chunks.iter().map(chunk).collect::<Result<Vec<_>>>()?;
             let mut grads = match &fused {
@@ -443,6 +412,7 @@ impl Trainer {
                         chunks: &chunks,
                         first: stage.is_first(),
                         last: stage.is_last(),
+                        device: self.core.ad_device.clone(),
                         objective: |i: usize, out: Tensor<3>| {
                             let c = &chunks[i];
                             let hidden = model.final_norm(out);
@@ -452,7 +422,7 @@ impl Trainer {
                         },
                         grads: GradientsParams::new(),
                     };
-                    stage.run(chunks.len(), &mut compute)?;
+                    stage.run(micro_batches, &mut compute)?;
                     compute.grads
                 }
             };
@@ -469,6 +439,24 @@ impl Trainer {
             acc.accumulate(model, grads);
             return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
         }
+        if model.expert_group().is_some() {
+            for k in 0..micro_batches {
+                let Some(indices) = plan.chunks.get(k) else {
+                    acc.accumulate(
+                        model,
+                        blockwise::idle_gradients(model, &self.core.ad_device)?,
+                    );
+                    continue;
+                };
+                let chunk = chunk(indices)?;
+                let (grads, metrics) = blockwise::blockwise_gradients(model, &chunk, |last| {
+                    burn_objective(model, &chunk, &objective, &plan, model.final_norm(last))
+                })?;
+                acc.accumulate(model, grads);
+                record(&mut sums, &mut loss, &metrics, chunk.trained);
+            }
+            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
+        }
         for indices in &plan.chunks {
             let chunk = chunk(indices)?;
             let m = match &fused {
@@ -483,11 +471,9 @@ impl Trainer {
                         burn_objective(model, &chunk, &objective, &plan, hidden)
                     };
                     let (grads, metrics) = match model.tensor_shard() {
-                        Some(shard) => {
-                            blockwise::tensor_parallel_gradients(model, shard, &chunk, |last| {
-                                objective(model.final_norm(last))
-                            })?
-                        }
+                        Some(_) => blockwise::blockwise_gradients(model, &chunk, |last| {
+                            objective(model.final_norm(last))
+                        })?,
                         None => {
                             let (loss, metrics) = objective(model.forward_hidden(&chunk.tokens))?;
                             (GradientsParams::from_grads(loss.backward(), model), metrics)
@@ -504,6 +490,26 @@ impl Trainer {
             grads = sum_replicated_over_slices(model, grads, &self.core.device)?;
         }
         self.core.batch_gradients(grads, loss, sums, &plan)
+    }
+
+    /// Refuses to train an expert-parallel model outside the data-parallel group that holds its
+    /// experts: the group is its experts' group, or its copies side by side, rank `c·E + r`
+    /// holding block `r` in copy `c` (`c` its rank among the replicas) — for a pipeline stage,
+    /// among the same stage of every pipeline.
+    fn check_expert_place(&self, experts: &dyn Strategy) -> Result<()> {
+        let (rank, ranks) = self.core.data_place();
+        let (copy, copies) = self.core.expert_replica_place();
+        let (e, width) = (experts.rank(), experts.world_size());
+        if (rank, ranks) == (copy * width + e, copies * width) {
+            return Ok(());
+        }
+        Err(BackendError::InvalidInput(format!(
+            "an expert-parallel model trains in the data-parallel group that holds its experts \
+             (Trainer::with_strategy with the group given to CausalLm::shard_experts, or with \
+             its copies, each rank's replicas given to CausalLm::with_expert_replicas): its \
+             experts are on {width} ranks in {copies} copies, this trainer is rank {rank} of \
+             {ranks}"
+        )))
     }
 
     /// A pipeline stage's part of a batch on the fused CPU path: its micro-batches in its
