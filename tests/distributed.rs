@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{first_digit, moe_model_dir, out_dir, sums, tiny_rlvr_toml};
+use common::{
+    even_bytes, first_digit, moe_model_dir, moe_model_dir_with, out_dir, sums, tiny_rlvr_toml,
+};
 
 /// The tiny RLVR run, synchronous (so that both runs see the same rollouts), with a learning
 /// rate that moves the weights visibly in two steps, and `extra` overrides.
@@ -90,6 +92,35 @@ async fn alone_run(name: &str) -> (std::path::PathBuf, Vec<StepReport>, roll::ba
     (out, reports, model)
 }
 
+/// The tiny run (`extra` overrides) of the random mixture of experts in `model`, rewarded by
+/// [`even_bytes`], which about half of its samples collect (none collects `first_digit`'s), so
+/// that its steps train. With AdamW's ε at 1e-5 rather than 1e-8: the update `m/(√v + ε)` of a
+/// gradient that cancels to almost nothing turns the rounding of a sum taken in another order
+/// (another layout of the model across ranks) into a visible part of the step. Measured on these
+/// runs (lr 1e-3, each step moving the weights by ~1e-3): the largest difference from the
+/// one-process run is 2.7e-6–1.1e-5 at ε = 1e-8, 1.9–4.2e-6 at 1e-6, 0.5–0.7e-6 at 1e-5 — so at
+/// 1e-5 the bar of 1e-5 tells a wrong layout from rounding with room to spare.
+fn moe_config(model: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Config {
+    let source = format!("model.source.path={}", model.display());
+    let overrides = [
+        source.as_str(),
+        "domains.arithmetic.reward.kind=even_bytes",
+        "train.optimizer.kind=adam_w",
+        "train.optimizer.eps=1e-5",
+    ];
+    config(out, &[&overrides[..], extra].concat())
+}
+
+/// Asserts that every step of a run changed the weights: a gradient, from samples whose rewards
+/// differ. (A run that must train as another then checks training, not two steps that did
+/// nothing.)
+fn assert_trains(reports: &[StepReport]) {
+    for (step, r) in reports.iter().enumerate() {
+        let norm = r.metrics["actor/grad_norm"];
+        assert!(norm > 0.0, "step {}: no gradient ({norm})", step + 1);
+    }
+}
+
 /// Each step of `runs` drew the samples of the same step in `alone` and matches it on `keys`.
 fn same_steps(alone: &[StepReport], runs: &[StepReport], keys: &[&str]) {
     assert_eq!(runs.len(), alone.len());
@@ -104,6 +135,7 @@ fn same_steps(alone: &[StepReport], runs: &[StepReport], keys: &[&str]) {
 fn build(config: Config) -> RunBuilder {
     RunBuilder::new(config)
         .reward("first_digit", first_digit)
+        .reward("even_bytes", even_bytes)
         .prompts(sums())
 }
 
@@ -302,6 +334,68 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelines_whose_stages_divide_their_experts_train_as_one_process() {
+    // `model.pipeline_parallel = 2` with `model.expert_parallel = 2`: two pipelines of two stages
+    // (ranks 0 and 2 are pipeline 0, 1 and 3 pipeline 1), each on its own shard of every step,
+    // each stage's experts divided between the two pipelines' ranks holding it (a mixture, then
+    // a dense layer and a mixture). The same samples and weights as one process; stopped after
+    // its first step and resumed from the four parts of its checkpoint, the same again; and two
+    // such copies side by side (8 ranks), the experts' gradients summed over the ranks holding
+    // the same ones.
+    let base = out_dir("staged-moe-model");
+    std::fs::create_dir_all(&base).expect("dir");
+    let dir = moe_model_dir_with(&base, "model", &[true, false, true]);
+    let alone_out = out_dir("staged-moe-alone");
+    let mut alone = build(moe_config(&dir, &alone_out, &[]))
+        .build()
+        .expect("build");
+    let alone_reports = alone.train().await.expect("train").rl;
+    let alone_model = alone.actor().model().expect("model");
+    drop(alone);
+    assert_trains(&alone_reports);
+    let part = Some(PartKind::PipelineExperts { experts: 2 });
+    let overrides = ["model.pipeline_parallel=2", "model.expert_parallel=2"];
+    let mut outs = vec![base, alone_out];
+    for ranks in [4, 8] {
+        let out = out_dir(&format!("staged-moe-{ranks}"));
+        let (reports, model, served) = led_run(moe_config(&dir, &out, &overrides), ranks).await;
+        outs.push(out);
+        same_steps(
+            &alone_reports,
+            &reports,
+            &["actor/trained_tokens", "actor/sequences"],
+        );
+        let trained = Followed::Trained { steps: 2, part };
+        assert_eq!(served, vec![trained; ranks - 1]);
+        let worst = max_param_diff(&alone_model, &model);
+        assert!(
+            worst <= 1e-5,
+            "{ranks} ranks differ from one process by {worst}"
+        );
+    }
+    let out = out_dir("staged-moe-resumed");
+    let first = [&overrides[..], &["run.save_every=1", "run.max_steps=1"]].concat();
+    led_run(moe_config(&dir, &out, &first), 4).await;
+    let parts: Vec<bool> = (0..4)
+        .map(|i| {
+            out.join("checkpoints/rl-00000001/actor")
+                .join(format!("part-{i}"))
+                .is_dir()
+        })
+        .collect();
+    assert_eq!(parts, [true; 4], "every rank wrote its part");
+    let rest = [&overrides[..], &["run.save_every=1", "run.resume=true"]].concat();
+    let (_, resumed, served) = led_run(moe_config(&dir, &out, &rest), 4).await;
+    outs.push(out);
+    assert_eq!(served, [Followed::Trained { steps: 1, part }; 3]);
+    let worst = max_param_diff(&alone_model, &resumed);
+    assert!(worst <= 1e-5, "resumed differs from one process by {worst}");
+    for out in outs {
+        let _ = std::fs::remove_dir_all(out);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() {
     // The same run of a mixture of experts in one process, and over two ranks: holding half the
     // heads each and half the experts (`model.expert_parallel = 2`) or half of every expert; or,
@@ -312,12 +406,12 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     let base = out_dir("moe-model");
     std::fs::create_dir_all(&base).expect("dir");
     let dir = moe_model_dir(&base);
-    let source = format!("model.source.path={}", dir.display());
     let alone_out = out_dir("moe-alone");
-    let mut alone = build(config(&alone_out, &[&source]))
+    let mut alone = build(moe_config(&dir, &alone_out, &[]))
         .build()
         .expect("build");
     let alone_reports = alone.train().await.expect("train").rl;
+    assert_trains(&alone_reports);
     let alone_model = alone.actor().model().expect("model");
     drop(alone);
     let mut outs = vec![base, alone_out];
@@ -362,8 +456,8 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         ),
     ] {
         let out = out_dir(name);
-        let overrides = [extra, &[source.as_str()]].concat();
-        let (reports, model, served) = led_run(config(&out, &overrides), ranks).await;
+        let overrides = extra;
+        let (reports, model, served) = led_run(moe_config(&dir, &out, overrides), ranks).await;
         outs.push(out);
         same_steps(
             &alone_reports,
@@ -380,7 +474,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             // optimiser state) to its part of the checkpoint and reads it back.
             let out = out_dir(&format!("{name}-resumed"));
             let first = [&overrides[..], &["run.save_every=1", "run.max_steps=1"]].concat();
-            led_run(config(&out, &first), 2).await;
+            led_run(moe_config(&dir, &out, &first), 2).await;
             let parts: Vec<bool> = (0..2)
                 .map(|i| {
                     out.join("checkpoints/rl-00000001/actor")
@@ -390,7 +484,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
                 .collect();
             assert_eq!(parts, [true, true], "{name}: every rank wrote its part");
             let rest = [&overrides[..], &["run.save_every=1", "run.resume=true"]].concat();
-            let (_, resumed, served) = led_run(config(&out, &rest), 2).await;
+            let (_, resumed, served) = led_run(moe_config(&dir, &out, &rest), 2).await;
             outs.push(out);
             assert_eq!(served, [Followed::Trained { steps: 1, part }], "{name}");
             let worst = max_param_diff(&alone_model, &resumed);
@@ -400,12 +494,8 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     // The experts divided among two training ranks beside a rollout rank, which generates with
     // the whole model gathered after each step.
     let out = out_dir("moe-experts-across-rollout");
-    let overrides = [
-        source.as_str(),
-        "model.expert_parallel=2",
-        "rollout.ranks=1",
-    ];
-    let (reports, model, served) = led_run(config(&out, &overrides), 3).await;
+    let overrides = ["model.expert_parallel=2", "rollout.ranks=1"];
+    let (reports, model, served) = led_run(moe_config(&dir, &out, &overrides), 3).await;
     outs.push(out);
     same_steps(
         &alone_reports,
@@ -427,12 +517,8 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     // one of them, its mixtures' tokens travel to the other's experts and back, and their
     // engines step together. The same samples, and the same weights, as one process.
     let out = out_dir("moe-rollout-experts");
-    let overrides = [
-        source.as_str(),
-        "rollout.ranks=2",
-        "rollout.expert_parallel=2",
-    ];
-    let (reports, model, served) = led_run(config(&out, &overrides), 3).await;
+    let overrides = ["rollout.ranks=2", "rollout.expert_parallel=2"];
+    let (reports, model, served) = led_run(moe_config(&dir, &out, &overrides), 3).await;
     outs.push(out);
     same_steps(
         &alone_reports,
@@ -454,7 +540,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         &["rollout.max_staleness=1", "run.max_steps=4"],
     ]
     .concat();
-    let (reports, _, served) = led_run(config(&out, &overrides), 3).await;
+    let (reports, _, served) = led_run(moe_config(&dir, &out, &overrides), 3).await;
     outs.push(out);
     assert_eq!(reports.len(), 4);
     let mut one_behind = 0.0;
@@ -477,8 +563,8 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     // summed over the ranks holding the same block; stopped after a step and resumed (the
     // first copy writes the parts, both read them).
     let out = out_dir("moe-experts-copies");
-    let overrides = [source.as_str(), "model.expert_parallel=2"];
-    let (reports, model, served) = led_run(config(&out, &overrides), 4).await;
+    let overrides = ["model.expert_parallel=2"];
+    let (reports, model, served) = led_run(moe_config(&dir, &out, &overrides), 4).await;
     outs.push(out);
     same_steps(
         &alone_reports,
@@ -490,9 +576,9 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     assert!(worst <= 1e-5, "two copies: differ by {worst}");
     let out = out_dir("moe-experts-copies-resumed");
     let first = [&overrides[..], &["run.save_every=1", "run.max_steps=1"]].concat();
-    led_run(config(&out, &first), 4).await;
+    led_run(moe_config(&dir, &out, &first), 4).await;
     let rest = [&overrides[..], &["run.save_every=1", "run.resume=true"]].concat();
-    let (_, resumed, _) = led_run(config(&out, &rest), 4).await;
+    let (_, resumed, _) = led_run(moe_config(&dir, &out, &rest), 4).await;
     outs.push(out);
     let worst = max_param_diff(&alone_model, &resumed);
     assert!(worst <= 1e-5, "two copies resumed: differ by {worst}");

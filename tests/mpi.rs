@@ -32,7 +32,9 @@
 //! Each rank of the four runs two GRPO steps colocated, then the same two steps with the actor
 //! in two pipeline stages of two tensor-parallel processes each (`model.tensor_parallel=2`,
 //! `model.pipeline_parallel=2`: sub-groups of a sub-group of the job), which must end on the same
-//! weights.
+//! weights; then two GRPO steps of a Qwen3-MoE data parallel, and in two pipelines of two stages
+//! whose experts are divided between the pipelines (`model.pipeline_parallel=2`,
+//! `model.expert_parallel=2`), which must end on the same weights.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -47,7 +49,9 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 mod common;
-use common::{FIXTURE, first_digit, moe_model_dir, out_dir, tiny_rlvr_toml};
+use common::{
+    FIXTURE, even_bytes, first_digit, moe_model_dir, moe_model_dir_with, out_dir, tiny_rlvr_toml,
+};
 
 const CHILD: &str = "ROLL_MPI_TEST_RANK";
 
@@ -98,6 +102,9 @@ fn main() -> ExitCode {
          same weights as colocated",
         "rank 1: served 2 steps holding TensorPipeline { tensor: 2, experts: Sliced }",
         "rank 3: served 2 steps holding TensorPipeline { tensor: 2, experts: Sliced }",
+        "rank 0: led 2 GRPO steps over 2 pipelines of 2 stages dividing their experts, the \
+         same weights as data parallel",
+        "rank 3: served 2 steps holding PipelineExperts { experts: 2 }",
     ];
     for (ranks, expected) in [(3, &three[..]), (4, &four[..])] {
         if let Err(e) = mpirun(ranks, expected) {
@@ -230,6 +237,39 @@ fn tensor_pipeline_run(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         println!(
             "rank 0: led 2 GRPO steps over 2 pipeline stages of 2 tensor-parallel processes, \
              the same weights as colocated (max |Δ| {worst:e})"
+        );
+    }
+    // A Qwen3-MoE whose stages each hold a mixture (a mixture, a dense layer, a mixture),
+    // written by rank 0: data parallel with its experts whole, then two pipelines of two stages
+    // each dividing the stage's experts between the pipelines — its tokens travel to the other
+    // pipeline's process of the same stage while activations pass between stages.
+    let base = rank0_dir(group, "mpi-staged-moe")?;
+    let dir = base.join("model");
+    if group.rank() == 0 {
+        std::fs::create_dir_all(&base)?;
+        moe_model_dir_with(&base, "model", &[true, false, true]);
+    }
+    group.broadcast(&mut Vec::new(), 0)?; // the model is written
+    let source = format!("model.source.path={}", dir.display());
+    let moe = [&[source.as_str()], &RANDOM_MOE[..]].concat();
+    let whole = grpo_run_across_ranks(group, &moe, false)?;
+    let parts = [
+        &moe[..],
+        &["model.pipeline_parallel=2", "model.expert_parallel=2"],
+    ]
+    .concat();
+    let staged = grpo_run_across_ranks(group, &parts, false)?;
+    group.broadcast(&mut Vec::new(), 0)?; // every rank is done with the model
+    if let (Some(a), Some(b)) = (whole, staged) {
+        let _ = std::fs::remove_dir_all(&base);
+        let worst = max_diff(&flat(&a), &flat(&b));
+        anyhow::ensure!(
+            worst <= 1e-5,
+            "2 pipelines dividing their stages' experts differ from data parallel by {worst}"
+        );
+        println!(
+            "rank 0: led 2 GRPO steps over 2 pipelines of 2 stages dividing their experts, the \
+             same weights as data parallel (max |Δ| {worst:e})"
         );
     }
     Ok(())
@@ -459,6 +499,7 @@ fn grpo_run_across_ranks(
         });
         let mut run = RunBuilder::new(config)
             .reward("first_digit", first_digit)
+            .reward("even_bytes", even_bytes)
             .prompts(prompts)
             .lead(group.clone());
         if sft {
@@ -484,6 +525,16 @@ fn rank0_dir(group: &Arc<dyn Messenger>, name: &str) -> anyhow::Result<std::path
     Ok(std::path::PathBuf::from(String::from_utf8(path)?))
 }
 
+/// The overrides of a run of a random mixture of experts (`moe_model_dir`): a reward about half
+/// of its samples collect, so that its steps train, and AdamW's ε at 1e-5, which keeps the
+/// rounding of another layout's sums from showing in the update of a gradient that cancels to
+/// almost nothing (see `moe_config` in `tests/distributed.rs`).
+const RANDOM_MOE: [&str; 3] = [
+    "domains.arithmetic.reward.kind=even_bytes",
+    "train.optimizer.kind=adam_w",
+    "train.optimizer.eps=1e-5",
+];
+
 /// Two GRPO steps of a random Qwen3-MoE (`moe_model_dir`, written by rank 0) over
 /// the three ranks, data parallel with the experts whole and with the experts divided among the
 /// ranks (`model.expert_parallel=3`: 4 experts as 1 + 1 + 2), then with one training rank and
@@ -499,13 +550,12 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<[f32
     };
     group.broadcast(&mut Vec::new(), 0)?; // the model is written
     let source = format!("model.source.path={}", dir.display());
-    let whole = grpo_run_across_ranks(group, &[&source], false)?;
-    let divided = grpo_run_across_ranks(group, &[&source, "model.expert_parallel=3"], false)?;
-    let rollout = grpo_run_across_ranks(
-        group,
-        &[&source, "rollout.ranks=2", "rollout.expert_parallel=2"],
-        false,
-    )?;
+    let moe = [&[source.as_str()], &RANDOM_MOE[..]].concat();
+    let whole = grpo_run_across_ranks(group, &moe, false)?;
+    let divided = [&moe[..], &["model.expert_parallel=3"]].concat();
+    let divided = grpo_run_across_ranks(group, &divided, false)?;
+    let rollout = [&moe[..], &["rollout.ranks=2", "rollout.expert_parallel=2"]].concat();
+    let rollout = grpo_run_across_ranks(group, &rollout, false)?;
     group.broadcast(&mut Vec::new(), 0)?; // every rank is done with the model
     let (Some(a), Some(b), Some(c)) = (whole, divided, rollout) else {
         return Ok(None);

@@ -94,19 +94,25 @@ pub enum Placement {
 }
 
 /// How the ranks of one copy of the actor hold it, in a job whose trainers are tensor-,
-/// pipeline- or expert-parallel, and the group of the ranks holding the same part.
+/// pipeline- or expert-parallel, and the groups a rank trains in.
 #[derive(Clone)]
 pub struct ModelParts {
     /// Slices of every layer ([`CausalLm::shard_tensors`]), stages
-    /// ([`CausalLm::split_stages`]) or blocks of experts ([`CausalLm::shard_experts`]).
+    /// ([`CausalLm::split_stages`]) or blocks of experts ([`CausalLm::shard_experts`]), or
+    /// stages with their experts divided among pipelines.
     pub kind: PartKind,
     /// The ranks of this copy, this one among them.
     pub group: Arc<dyn Messenger>,
-    /// This rank and the ranks holding the same part of the other copies: the copies'
-    /// data-parallel group — but for [`PartKind::Experts`], whose copies' ranks hold different
-    /// tokens, so that every training rank is one data-parallel group and these ranks only sum
-    /// their experts' gradients ([`ModelParts::data_parallel`]).
+    /// The data-parallel group this rank's trainer joins: the ranks holding the same part in
+    /// the other copies — but where the copy's ranks hold different tokens (its experts divided
+    /// among them: [`PartKind::Experts`], [`PartKind::PipelineExperts`]), the ranks holding the
+    /// same layers with every pipeline's tokens: every training rank, or this stage in every
+    /// pipeline.
     pub data: Arc<dyn Strategy>,
+    /// Where the copy's ranks divide its experts among different tokens: the ranks holding the
+    /// same part in every copy (this one among them), over which the experts' gradients are
+    /// summed ([`CausalLm::with_expert_replicas`]); `None` for the other kinds.
+    pub expert_replicas: Option<Arc<dyn Strategy>>,
 }
 
 /// How a copy of the model is divided among its ranks.
@@ -136,6 +142,16 @@ pub enum PartKind {
     /// experts and the rest whole, and its own tokens ([`CausalLm::shard_experts`]); the
     /// copies side by side make one data-parallel group.
     Experts,
+    /// Pipelines side by side, each on its own tokens, whose stages divide their experts: the
+    /// copy's ranks form stages of `experts` ranks, rank `s·experts + p` holding stage `s` of
+    /// pipeline `p` and block `p` of that stage's experts ([`CausalLm::split_stages`], then
+    /// [`CausalLm::shard_experts`] over the stage's ranks). The groups are formed as
+    /// [`PartKind::TensorPipeline`]'s are.
+    PipelineExperts {
+        /// Pipelines per copy, among which each stage's experts are divided (config
+        /// `model.expert_parallel`).
+        experts: usize,
+    },
 }
 
 impl ModelParts {
@@ -150,12 +166,23 @@ impl ModelParts {
     }
 
     /// This rank's part of `model`. Every rank of the copy calls it together (for
-    /// [`PartKind::TensorPipeline`] it forms the copy's groups).
+    /// [`PartKind::TensorPipeline`] and [`PartKind::PipelineExperts`] it forms the copy's
+    /// groups).
     ///
     /// # Errors
     /// As [`CausalLm::shard_tensors`], [`CausalLm::split_stages`],
-    /// [`CausalLm::shard_experts`] and [`tensor_pipeline_groups`](crate::tensor_pipeline_groups).
+    /// [`CausalLm::shard_experts`] and [`tensor_pipeline_groups`](crate::tensor_pipeline_groups);
+    /// an expert kind without [`ModelParts::expert_replicas`].
     pub fn part_of(&self, model: CausalLm) -> Result<CausalLm> {
+        let replicas = || {
+            self.expert_replicas.clone().ok_or_else(|| {
+                BackendError::InvalidInput(format!(
+                    "{:?} divides the experts among different tokens: it needs the ranks \
+                     holding the same experts in every copy (ModelParts::expert_replicas)",
+                    self.kind
+                ))
+            })
+        };
         match self.kind {
             PartKind::Tensor { experts } => model.shard_tensors(self.group.clone(), experts),
             PartKind::Pipeline => model.split_stages(self.group.clone()),
@@ -165,16 +192,14 @@ impl ModelParts {
             }
             PartKind::Experts => model
                 .shard_experts(self.group.clone())?
-                .with_expert_replicas(self.data.clone()),
-        }
-    }
-
-    /// The data-parallel group a trainer holding this part joins: [`ModelParts::data`], or,
-    /// for [`PartKind::Experts`], `all` the training ranks.
-    pub fn data_parallel(&self, all: &Arc<dyn Strategy>) -> Arc<dyn Strategy> {
-        match self.kind {
-            PartKind::Experts => all.clone(),
-            _ => self.data.clone(),
+                .with_expert_replicas(replicas()?),
+            PartKind::PipelineExperts { experts } => {
+                let (stage, link) = crate::tensor_pipeline_groups(&self.group, experts)?;
+                model
+                    .split_stages(link)?
+                    .shard_experts(stage)?
+                    .with_expert_replicas(replicas()?)
+            }
         }
     }
 }
@@ -229,10 +254,10 @@ impl Placement {
                 group,
                 parts,
             } => {
-                let all: Arc<dyn Strategy> = group.clone();
-                let data = parts
-                    .as_ref()
-                    .map_or(all.clone(), |p| p.data_parallel(&all));
+                let data = match parts {
+                    Some(parts) => parts.data.clone(),
+                    None => group.clone(),
+                };
                 DataParallel::leader_of(replica(device_for(*device)?)?, group.clone(), data)
             }
         }

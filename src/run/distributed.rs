@@ -193,19 +193,49 @@ impl Roles {
         };
         // Copy `c` is ranks `c·width ..`; the ranks holding part `p` of every copy are `p`,
         // `p + width`, …. Every rank of the job forms every group, in the same order.
-        let mut copy = None;
-        for c in 0..trainers / width {
-            copy = copy.or(job.subgroup(&(c * width..(c + 1) * width).collect::<Vec<_>>())?);
-        }
-        let mut data = None;
-        for p in 0..width {
-            let holders: Vec<usize> = (p..trainers).step_by(width).collect();
-            data = data.or(job.subgroup(&holders)?);
-        }
+        let subgroups = |groups: Vec<Vec<usize>>| -> Result<Option<Arc<dyn Messenger>>> {
+            let mut mine = None;
+            for members in groups {
+                mine = mine.or(job.subgroup(&members)?);
+            }
+            Ok(mine)
+        };
+        let copy = subgroups(
+            (0..trainers / width)
+                .map(|c| (c * width..(c + 1) * width).collect())
+                .collect(),
+        )?;
+        let same_part = subgroups(
+            (0..width)
+                .map(|p| (p..trainers).step_by(width).collect())
+                .collect(),
+        )?;
+        let (data, expert_replicas) = match kind {
+            // The copy's ranks hold different tokens: every training rank is one data-parallel
+            // group (the layers every rank holds), or every pipeline's rank of a stage (`s·E +
+            // p` of each copy) is.
+            PartKind::Experts => (all.clone(), Some(same_part)),
+            PartKind::PipelineExperts { experts } => {
+                let stages = subgroups(
+                    (0..width / experts)
+                        .map(|s| (0..trainers).filter(|r| r % width / experts == s).collect())
+                        .collect(),
+                )?;
+                (stages, Some(same_part))
+            }
+            _ => (same_part, None),
+        };
         Ok(match (all, copy, data) {
             (Some(all), Some(group), Some(data)) => Some(TrainerGroups {
                 all,
-                parts: Some(ModelParts { kind, group, data }),
+                parts: Some(ModelParts {
+                    kind,
+                    group,
+                    data,
+                    expert_replicas: expert_replicas
+                        .flatten()
+                        .map(|g| -> Arc<dyn Strategy> { g }),
+                }),
             }),
             _ => None,
         })
@@ -255,6 +285,7 @@ fn part_key(kind: PartKind) -> &'static str {
         PartKind::Pipeline => "model.pipeline_parallel",
         PartKind::TensorPipeline { .. } => "model.tensor_parallel × model.pipeline_parallel",
         PartKind::Experts => "model.expert_parallel",
+        PartKind::PipelineExperts { .. } => "model.pipeline_parallel × model.expert_parallel",
     }
 }
 
@@ -340,7 +371,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
     let data = trainers
         .parts
         .as_ref()
-        .map_or(all.clone(), |p| p.data_parallel(&all));
+        .map_or(all.clone(), |p| p.data.clone());
     let mut steps = 0;
     loop {
         let trainer = match &start.actor {

@@ -228,7 +228,15 @@ impl RunPlan {
                             e => Some((PartKind::Experts, e as usize)),
                         },
                         (t, 1) => Some((PartKind::Tensor { experts }, t as usize)),
-                        (1, p) => Some((PartKind::Pipeline, p as usize)),
+                        (1, p) => match config.model.expert_parallel {
+                            1 => Some((PartKind::Pipeline, p as usize)),
+                            e => Some((
+                                PartKind::PipelineExperts {
+                                    experts: e as usize,
+                                },
+                                (p * e) as usize,
+                            )),
+                        },
                         (t, p) => Some((
                             PartKind::TensorPipeline {
                                 tensor: t as usize,

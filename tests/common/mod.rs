@@ -2,6 +2,7 @@
 //! What the facade's integration tests share: the fixture, a fresh output directory, and the
 //! toy verifiable reward.
 
+use roll::core::rng::SplitMix64;
 use roll::prelude::*;
 use std::path::PathBuf;
 
@@ -43,6 +44,16 @@ pub fn first_digit(s: &Sample) -> f32 {
     ))
 }
 
+/// 1 when the bytes of the answer sum to an even number: a reward that about half of a random
+/// model's samples collect, so that a run of a random model (the mixtures of experts below) has
+/// advantages and its steps move the weights — runs that must train alike then check training,
+/// not a step that changed nothing. Select it with `domains.arithmetic.reward.kind=even_bytes`
+/// (register it as `even_bytes`).
+pub fn even_bytes(s: &Sample) -> f32 {
+    let sum: u32 = s.text.bytes().map(u32::from).sum();
+    f32::from(u8::from(!s.text.is_empty() && sum.is_multiple_of(2)))
+}
+
 /// A two-step RLVR run of the fixture on `out`: 2 prompts × 4 samples × 4 new tokens, rewarded by
 /// the `first_digit` closure (register it as `first_digit`).
 pub fn tiny_rlvr_toml(out: &std::path::Path) -> String {
@@ -80,22 +91,66 @@ pub fn sums() -> impl Iterator<Item = Prompt> + Send {
 /// A random Qwen3-MoE (a dense first layer, then four experts of width 32, two per token, and a
 /// shared expert) with the tiny fixture's tokenizer, written as a HF directory under `out`.
 pub fn moe_model_dir(out: &std::path::Path) -> std::path::PathBuf {
+    moe_model_dir_with(out, "moe-model", &[false, true])
+}
+
+/// As [`moe_model_dir`], with a layer per entry of `sparse`: a mixture where it is `true`, the
+/// dense MLP where it is `false`; in `out/name`.
+pub fn moe_model_dir_with(
+    out: &std::path::Path,
+    name: &str,
+    sparse: &[bool],
+) -> std::path::PathBuf {
     use roll::backend::{CausalLm, Device, HfConfig, SaveOptions, save_model};
     let fixture = std::path::Path::new(FIXTURE);
-    let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, 2, 4);
+    let mut c = HfConfig::new("qwen3_moe", 512, 64, 96, sparse.len(), 4);
     c.num_key_value_heads = Some(2);
     c.head_dim = Some(16);
     c.num_experts = Some(4);
     c.num_experts_per_tok = Some(2);
     c.moe_intermediate_size = Some(32);
     c.shared_expert_intermediate_size = Some(32);
-    c.mlp_only_layers = Some(vec![0]);
+    c.mlp_only_layers = Some((0..sparse.len()).filter(|&l| !sparse[l]).collect());
     c.tie_word_embeddings = true;
     let model = CausalLm::init(&c, &Device::flex()).expect("model");
-    let dir = out.join("moe-model");
+    // Every matrix drawn from N(0, 0.02²) as transformers initialises, from a fixed seed: the
+    // same model every run, whose next-token distribution is near uniform, so that its samples
+    // differ. (Burn's own init draws the tied embedding from N(0, 1): the residual stream then
+    // points at the input token, which such a model repeats forever.)
+    let model = burn::module::Module::map(model, &mut SeededInit(SplitMix64::new(17)));
+    let dir = out.join(name);
     save_model(&model, &dir, &SaveOptions::default()).expect("saved");
     for file in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fixture.join(file), dir.join(file)).expect("tokenizer");
     }
     dir
+}
+
+/// Draws every matrix of a model from N(0, 0.02²) (see [`moe_model_dir_with`]); vectors (the
+/// norms' gains) stay as they are.
+struct SeededInit(SplitMix64);
+
+impl burn::module::ModuleMapper for SeededInit {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::tensor::Tensor<D>>,
+    ) -> burn::module::Param<burn::tensor::Tensor<D>> {
+        if D < 2 {
+            return param;
+        }
+        param.map(|t| {
+            let shape = t.shape();
+            let values: Vec<f32> = (0..shape.num_elements())
+                .map(|_| {
+                    // Box–Muller.
+                    let (u, v) = (1.0 - self.0.next_f64(), self.0.next_f64());
+                    (0.02 * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+                })
+                .collect();
+            burn::tensor::Tensor::from_data(
+                burn::tensor::TensorData::new(values, shape),
+                &t.device(),
+            )
+        })
+    }
 }

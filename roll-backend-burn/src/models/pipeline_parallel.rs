@@ -59,7 +59,9 @@ impl std::fmt::Debug for PipelineStage {
 /// of stage `s` (Megatron's order, the slices of a stage on neighbouring ranks): this rank's
 /// stage's tensor-parallel group, and its link to the ranks holding the same slice of the other
 /// stages. For [`CausalLm::split_stages`](crate::CausalLm::split_stages) (the link) and
-/// [`CausalLm::shard_tensors`](crate::CausalLm::shard_tensors) (the group), in either order.
+/// [`CausalLm::shard_tensors`](crate::CausalLm::shard_tensors) (the group), in either order — or
+/// [`CausalLm::shard_experts`](crate::CausalLm::shard_experts) after the split, where the
+/// `tensor` ranks of a stage are as many pipelines dividing the stage's experts.
 /// A collective: every rank of `copy` calls it.
 ///
 /// # Errors
@@ -72,7 +74,7 @@ pub fn tensor_pipeline_groups(
     let ranks = copy.world_size();
     if tensor == 0 || !ranks.is_multiple_of(tensor) {
         return Err(BackendError::InvalidInput(format!(
-            "{ranks} ranks cannot form pipeline stages of {tensor} tensor-parallel ranks each"
+            "{ranks} ranks cannot form pipeline stages of {tensor} ranks each"
         )));
     }
     let stages = ranks / tensor;

@@ -48,8 +48,13 @@ pub struct ModelConfig {
     /// different tokens (data parallel): each routed token travels to its expert's process and
     /// back, forward and backward (GShard's all-to-all); it must then divide the training
     /// processes, which form copies of `expert_parallel` consecutive processes side by side,
-    /// the experts' gradients summed over the processes holding the same ones. Qwen3-MoE only (a dense model refuses a value above 1); the experts
-    /// must divide. Default `1`. ROLL: `expert_model_parallel_size`.
+    /// the experts' gradients summed over the processes holding the same ones. With
+    /// `pipeline_parallel` above 1 (and no tensor parallelism), `expert_parallel` pipelines
+    /// train side by side, each on its own tokens, and each stage's experts are divided among
+    /// the pipelines' processes holding that stage (Megatron's expert parallelism across the
+    /// data-parallel ranks of a stage); see `pipeline_parallel`. Qwen3-MoE only (a dense model
+    /// refuses a value above 1); the experts must divide. Default `1`. ROLL:
+    /// `expert_model_parallel_size`.
     #[serde(default = "one")]
     pub expert_parallel: u32,
     /// Processes of a distributed run that hold one copy of the actor between them, each a
@@ -59,7 +64,11 @@ pub struct ModelConfig {
     /// With `tensor_parallel` above 1 too, a copy spans `tensor_parallel × pipeline_parallel`
     /// processes: `pipeline_parallel` stages of `tensor_parallel` consecutive processes, each
     /// holding a slice of its stage's layers (Megatron-LM's layout); the training processes
-    /// form copies of that many. Default `1`. ROLL: `pipeline_model_parallel_size`.
+    /// form copies of that many. With `expert_parallel` above 1 instead, a copy spans
+    /// `expert_parallel × pipeline_parallel` processes: `pipeline_parallel` stages of
+    /// `expert_parallel` consecutive processes, each process one pipeline's stage, holding that
+    /// block of the stage's experts; every stage must hold a mixture. Default `1`. ROLL:
+    /// `pipeline_model_parallel_size`.
     #[serde(default = "one")]
     pub pipeline_parallel: u32,
 }
@@ -102,12 +111,12 @@ impl ModelConfig {
         model.require(
             self.expert_parallel == 1
                 || self.expert_parallel == self.tensor_parallel
-                || (self.tensor_parallel == 1 && self.pipeline_parallel == 1),
+                || self.tensor_parallel == 1,
             "expert_parallel",
             self.expert_parallel,
             "1 (every expert sliced) or model.tensor_parallel (whole experts): the experts are \
              divided among the processes of a tensor-parallel copy of the actor (without tensor \
-             or pipeline parallelism, among the training processes)",
+             parallelism, among the training processes, or the pipelines)",
         )?;
         let c = Checker::new("model.source");
         match &self.source {
