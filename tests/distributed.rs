@@ -456,8 +456,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         ),
     ] {
         let out = out_dir(name);
-        let overrides = extra;
-        let (reports, model, served) = led_run(moe_config(&dir, &out, overrides), ranks).await;
+        let (reports, model, served) = led_run(moe_config(&dir, &out, extra), ranks).await;
         outs.push(out);
         same_steps(
             &alone_reports,
@@ -473,7 +472,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             // Stopped after its first step and resumed: each rank writes its experts (and its
             // optimiser state) to its part of the checkpoint and reads it back.
             let out = out_dir(&format!("{name}-resumed"));
-            let first = [&overrides[..], &["run.save_every=1", "run.max_steps=1"]].concat();
+            let first = [extra, &["run.save_every=1", "run.max_steps=1"]].concat();
             led_run(moe_config(&dir, &out, &first), 2).await;
             let parts: Vec<bool> = (0..2)
                 .map(|i| {
@@ -483,7 +482,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
                 })
                 .collect();
             assert_eq!(parts, [true, true], "{name}: every rank wrote its part");
-            let rest = [&overrides[..], &["run.save_every=1", "run.resume=true"]].concat();
+            let rest = [extra, &["run.save_every=1", "run.resume=true"]].concat();
             let (_, resumed, served) = led_run(moe_config(&dir, &out, &rest), 2).await;
             outs.push(out);
             assert_eq!(served, [Followed::Trained { steps: 1, part }], "{name}");
