@@ -21,10 +21,26 @@ use common::{
 
 /// The tiny RLVR run, synchronous (so that both runs see the same rollouts), with a learning
 /// rate that moves the weights visibly in two steps, and `extra` overrides.
+///
+/// Rewarded by [`even_bytes`], which about half of the samples collect, so that every step has
+/// advantages and trains: under `first_digit` neither the fixture's samples nor a random
+/// model's collected anything in these two steps, and every run compared two sets of weights
+/// that no gradient had moved. AdamW's ε is 1e-5 rather than 1e-8: the update `m/(√v + ε)` of a
+/// gradient that cancels to almost nothing turns the rounding of a sum taken in another order
+/// (another layout of the model across ranks) into a visible part of the step. Measured (lr
+/// 1e-3, each step moving the weights by ~1e-3): the largest difference of a run from the
+/// one-process run is up to 1e-4 at ε = 1e-8 (tensor parallelism of the fixture), 2.7e-6–1.1e-5
+/// for the mixtures of experts (1.9–4.2e-6 at 1e-6); at 1e-5 every run is within 1.4e-6, so the
+/// bar of 1e-5 tells a wrong layout from rounding with room to spare.
 fn config(out: &std::path::Path, extra: &[&str]) -> Config {
     ConfigLoader::new()
         .toml_str(tiny_rlvr_toml(out))
         .overrides(["rollout.max_staleness=0", "train.learning_rate=1e-3"])
+        .overrides([
+            "domains.arithmetic.reward.kind=even_bytes",
+            "train.optimizer.kind=adam_w",
+            "train.optimizer.eps=1e-5",
+        ])
         .overrides(extra.iter().copied())
         .load()
         .expect("config")
@@ -88,27 +104,15 @@ async fn alone_run(name: &str) -> (std::path::PathBuf, Vec<StepReport>, roll::ba
     let out = out_dir(name);
     let mut alone = build(config(&out, &[])).build().expect("build");
     let reports = alone.train().await.expect("train").rl;
+    assert_trains(&reports);
     let model = alone.actor().model().expect("model");
     (out, reports, model)
 }
 
-/// The tiny run (`extra` overrides) of the random mixture of experts in `model`, rewarded by
-/// [`even_bytes`], which about half of its samples collect (none collects `first_digit`'s), so
-/// that its steps train. With AdamW's ε at 1e-5 rather than 1e-8: the update `m/(√v + ε)` of a
-/// gradient that cancels to almost nothing turns the rounding of a sum taken in another order
-/// (another layout of the model across ranks) into a visible part of the step. Measured on these
-/// runs (lr 1e-3, each step moving the weights by ~1e-3): the largest difference from the
-/// one-process run is 2.7e-6–1.1e-5 at ε = 1e-8, 1.9–4.2e-6 at 1e-6, 0.5–0.7e-6 at 1e-5 — so at
-/// 1e-5 the bar of 1e-5 tells a wrong layout from rounding with room to spare.
+/// The tiny run (`extra` overrides) of the random mixture of experts in `model`.
 fn moe_config(model: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Config {
     let source = format!("model.source.path={}", model.display());
-    let overrides = [
-        source.as_str(),
-        "domains.arithmetic.reward.kind=even_bytes",
-        "train.optimizer.kind=adam_w",
-        "train.optimizer.eps=1e-5",
-    ];
-    config(out, &[&overrides[..], extra].concat())
+    config(out, &[&[source.as_str()], extra].concat())
 }
 
 /// Asserts that every step of a run changed the weights: a gradient, from samples whose rewards
