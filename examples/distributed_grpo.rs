@@ -12,8 +12,10 @@
 //! Either way, `model.tensor_parallel=T` or `model.pipeline_parallel=P` makes the training ranks
 //! hold the actor in copies of `T` (`P`) ranks: slices of every layer, or blocks of layers; both
 //! make copies of `T·P` ranks, `P` stages of `T` slices each. With a Qwen3-MoE,
-//! `rollout.expert_parallel=E` makes the rollout ranks hold its experts divided among groups of
-//! `E`, their engines stepping together.
+//! `model.expert_parallel=E` divides its experts among the training ranks (with
+//! `model.pipeline_parallel=P`: among `E` pipelines side by side, stage by stage), and
+//! `rollout.expert_parallel=E` makes the rollout ranks hold them divided among groups of `E`,
+//! their engines stepping together.
 //!
 //! ```sh
 //! cargo build --release --features mpi --example distributed_grpo
@@ -23,6 +25,7 @@
 //! mpirun -np 3 target/release/examples/distributed_grpo model.pipeline_parallel=3  # 3 stages of one copy
 //! mpirun -np 4 target/release/examples/distributed_grpo model.tensor_parallel=2 model.pipeline_parallel=2
 //! mpirun -np 3 target/release/examples/distributed_grpo model.source.path=MOE_DIR rollout.ranks=2 rollout.expert_parallel=2
+//! mpirun -np 4 target/release/examples/distributed_grpo model.source.path=MOE_DIR model.pipeline_parallel=2 model.expert_parallel=2
 //! srun --ntasks=4 target/release/examples/distributed_grpo               # a Slurm allocation
 //! ```
 //!
