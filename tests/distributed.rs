@@ -125,6 +125,33 @@ fn assert_trains(reports: &[StepReport]) {
     }
 }
 
+/// The run `make` configures (with `extra`) on `ranks` ranks in `out`, stopped after its first
+/// step (a checkpoint) and resumed from it: how many parts the checkpoint holds (one per rank of
+/// the first copy of a model held in parts), the resumed run's final weights, and what its
+/// followers did.
+async fn stopped_and_resumed(
+    out: &std::path::Path,
+    ranks: usize,
+    extra: &[&str],
+    make: impl Fn(&std::path::Path, &[&str]) -> Config,
+) -> (usize, roll::backend::CausalLm, Vec<Followed>) {
+    let first = make(
+        out,
+        &[extra, &["run.save_every=1", "run.max_steps=1"]].concat(),
+    );
+    led_run(first, ranks).await;
+    let actor = out.join("checkpoints/rl-00000001/actor");
+    let parts = (0..)
+        .take_while(|i| actor.join(format!("part-{i}")).is_dir())
+        .count();
+    let rest = make(
+        out,
+        &[extra, &["run.save_every=1", "run.resume=true"]].concat(),
+    );
+    let (_, resumed, served) = led_run(rest, ranks).await;
+    (parts, resumed, served)
+}
+
 /// Each step of `runs` drew the samples of the same step in `alone` and matches it on `keys`.
 fn same_steps(alone: &[StepReport], runs: &[StepReport], keys: &[&str]) {
     assert_eq!(runs.len(), alone.len());
@@ -294,16 +321,7 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
             // Stopped after its first step and resumed: every rank reads its part of the
             // checkpoint, and the run ends where the uninterrupted one did.
             let out = out_dir(&format!("{name}-resumed"));
-            let first = config(
-                &out,
-                &[extra, &["run.save_every=1", "run.max_steps=1"]].concat(),
-            );
-            led_run(first, ranks).await;
-            let rest = config(
-                &out,
-                &[extra, &["run.save_every=1", "run.resume=true"]].concat(),
-            );
-            let (_, resumed, served) = led_run(rest, ranks).await;
+            let (_, resumed, served) = stopped_and_resumed(&out, ranks, extra, config).await;
             outs.push(out);
             let expected = Followed::Trained {
                 steps: 1,
@@ -378,19 +396,10 @@ async fn pipelines_whose_stages_divide_their_experts_train_as_one_process() {
         );
     }
     let out = out_dir("staged-moe-resumed");
-    let first = [&overrides[..], &["run.save_every=1", "run.max_steps=1"]].concat();
-    led_run(moe_config(&dir, &out, &first), 4).await;
-    let parts: Vec<bool> = (0..4)
-        .map(|i| {
-            out.join("checkpoints/rl-00000001/actor")
-                .join(format!("part-{i}"))
-                .is_dir()
-        })
-        .collect();
-    assert_eq!(parts, [true; 4], "every rank wrote its part");
-    let rest = [&overrides[..], &["run.save_every=1", "run.resume=true"]].concat();
-    let (_, resumed, served) = led_run(moe_config(&dir, &out, &rest), 4).await;
+    let moe = |out: &std::path::Path, extra: &[&str]| moe_config(&dir, out, extra);
+    let (parts, resumed, served) = stopped_and_resumed(&out, 4, &overrides, moe).await;
     outs.push(out);
+    assert_eq!(parts, 4, "every rank wrote its part");
     assert_eq!(served, [Followed::Trained { steps: 1, part }; 3]);
     let worst = max_param_diff(&alone_model, &resumed);
     assert!(worst <= 1e-5, "resumed differs from one process by {worst}");
@@ -476,19 +485,10 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             // Stopped after its first step and resumed: each rank writes its experts (and its
             // optimiser state) to its part of the checkpoint and reads it back.
             let out = out_dir(&format!("{name}-resumed"));
-            let first = [extra, &["run.save_every=1", "run.max_steps=1"]].concat();
-            led_run(moe_config(&dir, &out, &first), 2).await;
-            let parts: Vec<bool> = (0..2)
-                .map(|i| {
-                    out.join("checkpoints/rl-00000001/actor")
-                        .join(format!("part-{i}"))
-                        .is_dir()
-                })
-                .collect();
-            assert_eq!(parts, [true, true], "{name}: every rank wrote its part");
-            let rest = [extra, &["run.save_every=1", "run.resume=true"]].concat();
-            let (_, resumed, served) = led_run(moe_config(&dir, &out, &rest), 2).await;
+            let moe = |out: &std::path::Path, extra: &[&str]| moe_config(&dir, out, extra);
+            let (parts, resumed, served) = stopped_and_resumed(&out, 2, extra, moe).await;
             outs.push(out);
+            assert_eq!(parts, 2, "{name}: every rank wrote its part");
             assert_eq!(served, [Followed::Trained { steps: 1, part }], "{name}");
             let worst = max_param_diff(&alone_model, &resumed);
             assert!(worst <= 1e-5, "{name} resumed differs by {worst}");
@@ -578,11 +578,10 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     let worst = max_param_diff(&alone_model, &model);
     assert!(worst <= 1e-5, "two copies: differ by {worst}");
     let out = out_dir("moe-experts-copies-resumed");
-    let first = [&overrides[..], &["run.save_every=1", "run.max_steps=1"]].concat();
-    led_run(moe_config(&dir, &out, &first), 4).await;
-    let rest = [&overrides[..], &["run.save_every=1", "run.resume=true"]].concat();
-    let (_, resumed, _) = led_run(moe_config(&dir, &out, &rest), 4).await;
+    let moe = |out: &std::path::Path, extra: &[&str]| moe_config(&dir, out, extra);
+    let (parts, resumed, _) = stopped_and_resumed(&out, 4, &overrides, moe).await;
     outs.push(out);
+    assert_eq!(parts, 2, "the first copy's ranks wrote their parts");
     let worst = max_param_diff(&alone_model, &resumed);
     assert!(worst <= 1e-5, "two copies resumed: differ by {worst}");
     for dir in outs {

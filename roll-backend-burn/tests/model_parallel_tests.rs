@@ -169,20 +169,12 @@ fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
     // whole trainer on the whole batch: the gradients after the all-reduce, the reports and
     // the weights after two clipped steps, and the whole model gathered from each copy.
     let model = qwen3_moe();
-    let config = TrainerConfig {
-        micro_batch_size: Some(1),
-        ..step_config()
-    };
-    let batches = [train_batch(&model, 31), train_batch(&model, 32)];
-    let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
-    let want_steps = batches.iter().map(|b| step(&mut whole, b)).collect();
-    let trained = whole.inference_model().unwrap();
-    let want: Trained = (want_steps, by_id(&trained, None));
-    let want_gathered = support::params(&trained);
-    assert!(
-        max_abs_diff_by_id(&by_id(&model, None), &want.1) > 1e-4,
-        "the steps move the weights"
-    );
+    let ExpertReference {
+        config,
+        batches,
+        want,
+        want_gathered,
+    } = expert_reference(&model);
     let whole_params = want.1.len();
     for ranks in [2, 4] {
         let per_rank = on_ranks(ranks, |group| {
@@ -265,16 +257,12 @@ fn pipelines_whose_stages_divide_their_experts_train_as_the_whole_trainer() {
         let _ = support::params(&m);
         m
     };
-    let config = TrainerConfig {
-        micro_batch_size: Some(1),
-        ..step_config()
-    };
-    let batches = [train_batch(&model, 31), train_batch(&model, 32)];
-    let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
-    let want_steps = batches.iter().map(|b| step(&mut whole, b)).collect();
-    let trained = whole.inference_model().unwrap();
-    let want: Trained = (want_steps, by_id(&trained, None));
-    let want_gathered = support::params(&trained);
+    let ExpertReference {
+        config,
+        batches,
+        want,
+        want_gathered,
+    } = expert_reference(&model);
     let whole_params = want.1.len();
     for copies in [1, 2] {
         let per_rank = on_ranks(4 * copies, |job| {
@@ -364,6 +352,41 @@ fn pipelines_whose_stages_divide_their_experts_train_as_the_whole_trainer() {
         "{}",
         errors[0].1
     );
+}
+
+/// What the expert-parallel ranks of `expert_reference`'s model are checked against.
+struct ExpertReference {
+    /// Micro-batches of one sequence each.
+    config: TrainerConfig,
+    batches: [TrainBatch; 2],
+    /// The whole trainer's two steps on the whole batches, and its weights after them.
+    want: Trained,
+    /// Those weights by path.
+    want_gathered: std::collections::BTreeMap<String, Vec<f32>>,
+}
+
+/// Two clipped steps of the whole trainer of `model` on two batches (checked to move the
+/// weights), one sequence per micro-batch.
+fn expert_reference(model: &CausalLm) -> ExpertReference {
+    let config = TrainerConfig {
+        micro_batch_size: Some(1),
+        ..step_config()
+    };
+    let batches = [train_batch(model, 31), train_batch(model, 32)];
+    let mut whole = Trainer::new(model.clone(), config.clone(), &Device::flex()).unwrap();
+    let want_steps = batches.iter().map(|b| step(&mut whole, b)).collect();
+    let trained = whole.inference_model().unwrap();
+    let want: Trained = (want_steps, by_id(&trained, None));
+    assert!(
+        max_abs_diff_by_id(&by_id(model, None), &want.1) > 1e-4,
+        "the steps move the weights"
+    );
+    ExpertReference {
+        config,
+        batches,
+        want,
+        want_gathered: support::params(&trained),
+    }
 }
 
 /// Checks each expert-parallel rank's steps, weights and gathered model (by its block `rank`)
