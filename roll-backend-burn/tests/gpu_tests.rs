@@ -3,8 +3,9 @@
 //! leaves the parameters where the same step on the CPU does (with one trainer, with two
 //! data-parallel replicas on the device, with two tensor-parallel ranks training block by block
 //! — a dense model, and a mixture of experts with two whole experts per rank — with two
-//! pipeline stages on Burn's autodiff path, and with two stages of two tensor-parallel ranks
-//! each), and the engine's device decoder
+//! pipeline stages on Burn's autodiff path, with two stages of two tensor-parallel ranks
+//! each, and with two pipelines of two stages dividing each stage's experts), and the engine's
+//! device decoder
 //! generates the CPU decoder's greedy and seeded sampled tokens on the device, on both fixtures
 //! (and the oracle's on a mixture of experts).
 #![cfg(feature = "wgpu")]
@@ -21,7 +22,7 @@ use roll_backend_burn::{
     CausalLm, Device, DeviceSpec, ExpertSplit, load_model, tensor_pipeline_groups,
 };
 use roll_core::policy::{Generation, GenerationRequest, Objective, SamplingParams};
-use roll_core::strategy::{LocalGroup, Messenger};
+use roll_core::strategy::{LocalGroup, Messenger, Strategy};
 use roll_core::{SampleId, TrainBatch, TrainSequence};
 use std::sync::Arc;
 
@@ -98,12 +99,14 @@ fn a_trainer_step_on_the_gpu_matches_the_same_step_on_the_cpu() {
     }
 }
 
-/// Two steps of `model` in one trainer on the CPU, and over two ranks on the GPU each holding
-/// `part_of` it: the GPU's gathered weights and norms within 1e-4 of the CPU's.
+/// Two steps of `model` in one trainer on the CPU, and over `ranks` ranks on the GPU each
+/// holding `part_of` it: the GPU's gathered weights and norms within 1e-4 of the CPU's. Where
+/// `part_of` also gives a data-parallel group (ranks holding different tokens: experts divided
+/// among pipelines), each rank trains in it on its rank's contiguous share of the batch.
 fn parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(
     model: CausalLm,
     ranks: usize,
-    part_of: impl Fn(CausalLm, Arc<dyn Messenger>) -> CausalLm + Sync,
+    part_of: impl Fn(CausalLm, Arc<dyn Messenger>) -> (CausalLm, Option<Arc<dyn Strategy>>) + Sync,
 ) {
     let config = TrainerConfig {
         lr: 1e-3,
@@ -125,10 +128,20 @@ fn parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(
                 let group: Arc<dyn Messenger> = Arc::new(rank.clone());
                 s.spawn(move || {
                     let device = gpu();
-                    let part = part_of(model, group).to_device(&device);
-                    let mut trainer = Trainer::new(part, config, &device).unwrap();
+                    let (part, data) = part_of(model, group);
+                    let mut trainer =
+                        Trainer::new(part.to_device(&device), config, &device).unwrap();
+                    let mut mine = batch();
+                    if let Some(data) = data {
+                        let seqs = mine.sequences();
+                        let share = seqs.len().div_ceil(data.world_size());
+                        let from = (data.rank() * share).min(seqs.len());
+                        let to = (from + share).min(seqs.len());
+                        mine = TrainBatch::new(seqs[from..to].to_vec()).unwrap();
+                        trainer = trainer.with_strategy(data);
+                    }
                     let reports: Vec<_> = (0..2)
-                        .map(|_| trainer.step(&batch(), &Objective::default()).unwrap())
+                        .map(|_| trainer.step(&mine, &Objective::default()).unwrap())
                         .collect();
                     (params(&trainer.whole_model().unwrap()), reports)
                 })
@@ -147,17 +160,34 @@ fn tensor_and_pipeline_parallel_steps_on_the_gpu_match_the_whole_model_on_the_cp
     // Two ranks holding slices of every layer, two pipeline stages, then two stages of two
     // slices each.
     parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model.clone(), 2, |m, group| {
-        m.shard_tensors(group, ExpertSplit::Sliced).unwrap()
+        (m.shard_tensors(group, ExpertSplit::Sliced).unwrap(), None)
     });
     parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model.clone(), 2, |m, link| {
-        m.split_stages(link).unwrap()
+        (m.split_stages(link).unwrap(), None)
     });
     parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, 4, |m, copy| {
         let (slices, link) = tensor_pipeline_groups(&copy, 2).unwrap();
-        m.split_stages(link)
-            .unwrap()
-            .shard_tensors(slices, ExpertSplit::Sliced)
-            .unwrap()
+        let part = m.split_stages(link).unwrap();
+        (
+            part.shard_tensors(slices, ExpertSplit::Sliced).unwrap(),
+            None,
+        )
+    });
+}
+
+#[test]
+fn pipelines_dividing_their_experts_train_on_the_gpu_as_the_whole_model_on_the_cpu() {
+    // Two pipelines of two stages (a mixture on each), each on its share of the batch, each
+    // stage's four experts divided between the two pipelines' ranks holding it: the stage's
+    // ranks exchange tokens through the host while the device trains block by block.
+    let config = support::qwen3_moe_config();
+    let model = CausalLm::init(&config, &Device::flex()).unwrap();
+    let _ = params(&model);
+    parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, 4, |m, copy| {
+        let (stage, link) = tensor_pipeline_groups(&copy, 2).unwrap();
+        let data: Arc<dyn Strategy> = stage.clone();
+        let part = m.split_stages(link).unwrap().shard_experts(stage).unwrap();
+        (part, Some(data))
     });
 }
 
@@ -170,7 +200,7 @@ fn a_tensor_parallel_mixture_of_experts_trains_on_the_gpu_as_the_whole_model_on_
     let model = CausalLm::init(&config, &Device::flex()).unwrap();
     let _ = params(&model);
     parts_on_the_gpu_train_as_the_whole_model_on_the_cpu(model, 2, |m, group| {
-        m.shard_tensors(group, ExpertSplit::Whole).unwrap()
+        (m.shard_tensors(group, ExpertSplit::Whole).unwrap(), None)
     });
 }
 
