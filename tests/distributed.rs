@@ -780,6 +780,39 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
             .expect_err("refused");
         assert!(err.contains(expected), "{extra:?}: {err}");
     }
+    // Experts divided among training ranks holding different tokens, where the model cannot
+    // take it: refused by rank 0 before any rank loads the weights, naming the key.
+    let base = out_dir("divided-experts-refused");
+    std::fs::create_dir_all(&base).expect("dir");
+    let moe = format!("model.source.path={}", moe_model_dir(&base).display());
+    let four = LocalGroup::replicas(vec![DeviceSpec::Cpu; 4]).expect("group");
+    for (extra, expected) in [
+        (
+            &["model.expert_parallel=2"][..],
+            "this qwen2 model is dense",
+        ),
+        // The fixture's first layer is dense: the first of two stages would hold no mixture.
+        (
+            &[
+                moe.as_str(),
+                "model.expert_parallel=2",
+                "model.pipeline_parallel=2",
+            ][..],
+            "pipeline stage 0 of 2 holds layers 0..1, none of them a mixture",
+        ),
+    ] {
+        let err = build(config(&out, extra))
+            .lead(Arc::new(four[0].clone()))
+            .build()
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("model.expert_parallel") && err.contains(expected),
+            "{extra:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(base);
 }
 
 #[test]

@@ -243,6 +243,9 @@ impl RunBuilder {
                 origin: None,
             });
         }
+        if let Some((kind, width)) = plan.model.parts {
+            distributed::check_divided_experts(source.config(), kind, width)?;
+        }
         if let (RolloutPlan::Agentic { manager, .. }, Some(context)) =
             (&mut plan.rollout, source.config().max_position_embeddings)
         {

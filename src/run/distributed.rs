@@ -278,6 +278,34 @@ pub(crate) fn check_single_process(plan: &RunPlan) -> Result<()> {
     })
 }
 
+/// Refuses, naming `model.expert_parallel`, experts divided among training ranks that hold
+/// different tokens ([`PartKind::Experts`], [`PartKind::PipelineExperts`]) where the model
+/// cannot take it: a dense model, more ranks than experts, a pipeline stage without a mixture.
+/// Rank 0 checks before any rank loads the weights, which would each refuse alone.
+pub(crate) fn check_divided_experts(
+    config: &roll_backend_burn::HfConfig,
+    kind: PartKind,
+    width: usize,
+) -> Result<()> {
+    let (experts, stages) = match kind {
+        PartKind::Experts => (width, 1),
+        PartKind::PipelineExperts { experts } => (experts, width / experts.max(1)),
+        PartKind::Tensor { .. } | PartKind::Pipeline | PartKind::TensorPipeline { .. } => {
+            return Ok(());
+        }
+    };
+    // Lazily initialised: no weight is allocated.
+    let template = roll_backend_burn::CausalLm::init(config, &roll_backend_burn::Device::flex())?;
+    template
+        .check_expert_division(experts, stages)
+        .map_err(|e| Error::InvalidValue {
+            key: "model.expert_parallel".into(),
+            value: experts.to_string(),
+            allowed: format!("a division of the experts this model takes ({e})"),
+            origin: None,
+        })
+}
+
 /// The config key that divides the actor among processes this way.
 fn part_key(kind: PartKind) -> &'static str {
     match kind {

@@ -201,6 +201,42 @@ impl CausalLm {
         })
     }
 
+    /// Checks, dividing nothing, that this whole model can be split into `stages` pipeline
+    /// stages (1: not split) whose experts are then divided among `ranks` ranks holding
+    /// different tokens — what [`CausalLm::split_stages`] and [`CausalLm::shard_experts`] would
+    /// refuse on every rank, found before any rank loads the weights (a lazily initialised model
+    /// is enough).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a dense model, more ranks than experts, more stages
+    /// than layers, or a stage without a mixture of experts.
+    pub fn check_expert_division(&self, ranks: usize, stages: usize) -> Result<()> {
+        let Self::Qwen3Moe(m) = self else {
+            return Err(BackendError::InvalidInput(format!(
+                "expert parallelism needs a mixture of experts (qwen3_moe); this {} model is dense",
+                self.hf_config().model_type
+            )));
+        };
+        let (experts, layers) = (m.config.num_experts, m.model.layers.len());
+        if ranks == 0 || ranks > experts {
+            return Err(BackendError::InvalidInput(format!(
+                "{ranks} expert-parallel ranks for {experts} experts: each rank needs at least one"
+            )));
+        }
+        if stages == 0 || stages > layers {
+            return Err(BackendError::InvalidInput(format!(
+                "{stages} pipeline stages for {layers} layers: each stage needs at least one"
+            )));
+        }
+        for stage in 0..stages {
+            let held = super::pipeline_parallel::stage_layers(stage, stages, layers);
+            if !held.clone().any(|l| m.config.is_sparse(l)) {
+                return Err(no_mixture_on_stage(stage, stages, held));
+            }
+        }
+        Ok(())
+    }
+
     /// The parameters rank `part` of an expert-parallel group of `parts` holds
     /// ([`CausalLm::shard_experts`]), in its parameter order, without the group: every mixture
     /// keeps that block of its experts, everything else whole. What a weight sync sends such a
@@ -259,14 +295,11 @@ impl CausalLm {
                 .iter()
                 .any(|l| matches!(l.mlp, FeedForward::Sparse(_)))
         {
-            return Err(BackendError::InvalidInput(format!(
-                "pipeline stage {} of {} holds layers {:?}, none of them a mixture of experts \
-                 (mlp_only_layers): each stage of a pipeline whose experts are divided among \
-                 pipelines needs one",
+            return Err(no_mixture_on_stage(
                 stage.stage(),
                 stage.stages(),
-                stage.layers()
-            )));
+                stage.layers(),
+            ));
         }
         for layer in &mut m.model.layers {
             if let FeedForward::Sparse(mixture) = &mut layer.mlp {
@@ -634,6 +667,19 @@ impl PartLevel {
         }
         index
     }
+}
+
+/// Why stage `stage` of `stages`, holding `layers`, cannot divide its experts.
+fn no_mixture_on_stage(
+    stage: usize,
+    stages: usize,
+    layers: std::ops::Range<usize>,
+) -> BackendError {
+    BackendError::InvalidInput(format!(
+        "pipeline stage {stage} of {stages} holds layers {layers:?}, none of them a mixture of \
+         experts (mlp_only_layers): each stage of a pipeline whose experts are divided among \
+         pipelines needs one"
+    ))
 }
 
 fn not_expert_parallel() -> BackendError {

@@ -99,6 +99,12 @@ pub fn tensor_pipeline_groups(
     })
 }
 
+/// The layers stage `stage` of `stages` holds of a model of `num_layers` layers:
+/// `⌊s·L/P⌋ .. ⌊(s+1)·L/P⌋` (the larger blocks last).
+pub(crate) fn stage_layers(stage: usize, stages: usize, num_layers: usize) -> Range<usize> {
+    stage * num_layers / stages..(stage + 1) * num_layers / stages
+}
+
 /// One step of a stage's schedule: the forward or the backward of a micro-batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PipelineOp {
@@ -218,7 +224,7 @@ impl PipelineStage {
             )));
         }
         Ok(Self {
-            layers: s * num_layers / p..(s + 1) * num_layers / p,
+            layers: stage_layers(s, p, num_layers),
             link,
         })
     }

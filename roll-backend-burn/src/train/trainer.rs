@@ -439,25 +439,18 @@ impl Trainer {
             acc.accumulate(model, grads);
             return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
         }
-        if model.expert_group().is_some() {
-            for k in 0..micro_batches {
-                let Some(indices) = plan.chunks.get(k) else {
-                    acc.accumulate(
-                        model,
-                        blockwise::idle_gradients(model, &self.core.ad_device)?,
-                    );
-                    continue;
-                };
-                let chunk = chunk(indices)?;
-                let (grads, metrics) = blockwise::blockwise_gradients(model, &chunk, |last| {
-                    burn_objective(model, &chunk, &objective, &plan, model.final_norm(last))
-                })?;
-                acc.accumulate(model, grads);
-                record(&mut sums, &mut loss, &metrics, chunk.trained);
-            }
-            return self.core.batch_gradients(acc.grads(), loss, sums, &plan);
-        }
-        for indices in &plan.chunks {
+        // Ranks that exchange inside a block (tensor- or expert-parallel) train block by block;
+        // a whole model goes through Burn's autodiff at once. A rank whose experts serve other
+        // ranks' tokens may run more micro-batches than its own.
+        let by_blocks = model.tensor_shard().is_some() || model.expert_group().is_some();
+        for k in 0..micro_batches {
+            let Some(indices) = plan.chunks.get(k) else {
+                acc.accumulate(
+                    model,
+                    blockwise::idle_gradients(model, &self.core.ad_device)?,
+                );
+                continue;
+            };
             let chunk = chunk(indices)?;
             let m = match &fused {
                 Some(weights) => {
@@ -470,14 +463,13 @@ impl Trainer {
                     let objective = |hidden: Tensor<3>| {
                         burn_objective(model, &chunk, &objective, &plan, hidden)
                     };
-                    let (grads, metrics) = match model.tensor_shard() {
-                        Some(_) => blockwise::blockwise_gradients(model, &chunk, |last| {
+                    let (grads, metrics) = if by_blocks {
+                        blockwise::blockwise_gradients(model, &chunk, |last| {
                             objective(model.final_norm(last))
-                        })?,
-                        None => {
-                            let (loss, metrics) = objective(model.forward_hidden(&chunk.tokens))?;
-                            (GradientsParams::from_grads(loss.backward(), model), metrics)
-                        }
+                        })?
+                    } else {
+                        let (loss, metrics) = objective(model.forward_hidden(&chunk.tokens))?;
+                        (GradientsParams::from_grads(loss.backward(), model), metrics)
                     };
                     acc.accumulate(model, grads);
                     metrics
