@@ -706,6 +706,18 @@ async fn a_run_with_sft_fine_tunes_across_ranks_then_trains_rl_as_one_process() 
     let _ = std::fs::remove_dir_all(alone_out);
 }
 
+/// Why rank 0 of a job of `ranks` ranks refuses to build the run `config` configures (before
+/// any collective: the other ranks do not run).
+fn refused_leading(config: Config, ranks: usize) -> String {
+    let group = LocalGroup::replicas(vec![DeviceSpec::Cpu; ranks]).expect("group");
+    build(config)
+        .lead(Arc::new(group[0].clone()))
+        .build()
+        .err()
+        .expect("refused")
+        .to_string()
+}
+
 #[test]
 fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
     let out = out_dir("disaggregated-refused");
@@ -716,13 +728,7 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         "{err}"
     );
     // Two processes cannot give both to rollout: one must train.
-    let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).expect("group");
-    let err = build(config(&out, &["rollout.ranks=2"]))
-        .lead(Arc::new(ranks[0].clone()))
-        .build()
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = refused_leading(config(&out, &["rollout.ranks=2"]), 2);
     assert!(
         err.contains("rollout.ranks") && err.contains("fewer than the job's 2"),
         "{err}"
@@ -737,7 +743,6 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
         err.contains("model.tensor_parallel") && err.contains("one process"),
         "{err}"
     );
-    let three = LocalGroup::replicas(vec![DeviceSpec::Cpu; 3]).expect("group");
     for (extra, expected) in [
         (
             &["model.pipeline_parallel=2"][..],
@@ -765,19 +770,14 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
             "1 for this model (qwen2 with 0 experts)",
         ),
     ] {
-        let err = ConfigLoader::new()
+        let loaded = ConfigLoader::new()
             .toml_str(tiny_rlvr_toml(&out))
             .overrides(extra.iter().copied())
-            .load()
-            .map_err(|e| e.to_string())
-            .and_then(|c| {
-                build(c)
-                    .lead(Arc::new(three[0].clone()))
-                    .build()
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            })
-            .expect_err("refused");
+            .load();
+        let err = match loaded {
+            Ok(config) => refused_leading(config, 3),
+            Err(e) => e.to_string(),
+        };
         assert!(err.contains(expected), "{extra:?}: {err}");
     }
     // Experts divided among training ranks holding different tokens, where the model cannot
@@ -785,7 +785,6 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
     let base = out_dir("divided-experts-refused");
     std::fs::create_dir_all(&base).expect("dir");
     let moe = format!("model.source.path={}", moe_model_dir(&base).display());
-    let four = LocalGroup::replicas(vec![DeviceSpec::Cpu; 4]).expect("group");
     for (extra, expected) in [
         (
             &["model.expert_parallel=2"][..],
@@ -801,12 +800,7 @@ fn rollout_ranks_are_refused_where_the_job_cannot_have_them() {
             "pipeline stage 0 of 2 holds layers 0..1, none of them a mixture",
         ),
     ] {
-        let err = build(config(&out, extra))
-            .lead(Arc::new(four[0].clone()))
-            .build()
-            .err()
-            .expect("refused")
-            .to_string();
+        let err = refused_leading(config(&out, extra), 4);
         assert!(
             err.contains("model.expert_parallel") && err.contains(expected),
             "{extra:?}: {err}"

@@ -169,13 +169,8 @@ fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
     // whole trainer on the whole batch: the gradients after the all-reduce, the reports and
     // the weights after two clipped steps, and the whole model gathered from each copy.
     let model = qwen3_moe();
-    let ExpertReference {
-        config,
-        batches,
-        want,
-        want_gathered,
-    } = expert_reference(&model);
-    let whole_params = want.1.len();
+    let reference = expert_reference(&model);
+    let (config, batches) = (&reference.config, &reference.batches);
     for ranks in [2, 4] {
         let per_rank = on_ranks(ranks, |group| {
             let rank = group.rank();
@@ -216,7 +211,7 @@ fn expert_parallel_training_steps_equal_the_whole_trainers_steps() {
             let gathered = support::params(&trainer.whole_model().unwrap());
             (rank % 2, (steps, params), gathered)
         });
-        check_expert_ranks(&want, &want_gathered, whole_params, per_rank);
+        check_expert_ranks(&reference, per_rank);
     }
     // Outside the group that holds its experts, an expert-parallel model does not train.
     let errors = on_ranks(2, |group| {
@@ -257,13 +252,8 @@ fn pipelines_whose_stages_divide_their_experts_train_as_the_whole_trainer() {
         let _ = support::params(&m);
         m
     };
-    let ExpertReference {
-        config,
-        batches,
-        want,
-        want_gathered,
-    } = expert_reference(&model);
-    let whole_params = want.1.len();
+    let reference = expert_reference(&model);
+    let (config, batches) = (&reference.config, &reference.batches);
     for copies in [1, 2] {
         let per_rank = on_ranks(4 * copies, |job| {
             let rank = job.rank();
@@ -323,7 +313,7 @@ fn pipelines_whose_stages_divide_their_experts_train_as_the_whole_trainer() {
             let gathered = support::params(&trainer.whole_model().unwrap());
             (rank, (steps, params), gathered)
         });
-        check_expert_ranks(&want, &want_gathered, whole_params, per_rank);
+        check_expert_ranks(&reference, per_rank);
     }
     // A stage without a mixture has no experts to divide (nor exchanges to keep its
     // micro-batches in step); the experts are divided after the stages are split.
@@ -392,11 +382,11 @@ fn expert_reference(model: &CausalLm) -> ExpertReference {
 /// Checks each expert-parallel rank's steps, weights and gathered model (by its block `rank`)
 /// against the whole trainer's.
 fn check_expert_ranks(
-    want: &Trained,
-    want_gathered: &std::collections::BTreeMap<String, Vec<f32>>,
-    whole_params: usize,
+    reference: &ExpertReference,
     ranks: Vec<(usize, Trained, std::collections::BTreeMap<String, Vec<f32>>)>,
 ) {
+    let (want, want_gathered) = (&reference.want, &reference.want_gathered);
+    let whole_params = want.1.len();
     for (rank, (steps, params), gathered) in ranks {
         let worst = want_gathered
             .iter()

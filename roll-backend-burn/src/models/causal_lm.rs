@@ -217,17 +217,9 @@ impl CausalLm {
                 self.hf_config().model_type
             )));
         };
-        let (experts, layers) = (m.config.num_experts, m.model.layers.len());
-        if ranks == 0 || ranks > experts {
-            return Err(BackendError::InvalidInput(format!(
-                "{ranks} expert-parallel ranks for {experts} experts: each rank needs at least one"
-            )));
-        }
-        if stages == 0 || stages > layers {
-            return Err(BackendError::InvalidInput(format!(
-                "{stages} pipeline stages for {layers} layers: each stage needs at least one"
-            )));
-        }
+        let layers = m.model.layers.len();
+        check_expert_ranks(ranks, m.config.num_experts)?;
+        super::pipeline_parallel::check_stages(stages, layers)?;
         for stage in 0..stages {
             let held = super::pipeline_parallel::stage_layers(stage, stages, layers);
             if !held.clone().any(|l| m.config.is_sparse(l)) {
@@ -281,11 +273,7 @@ impl CausalLm {
             ));
         };
         let experts = m.config.num_experts;
-        if ranks == 0 || ranks > experts {
-            return Err(BackendError::InvalidInput(format!(
-                "{ranks} expert-parallel ranks for {experts} experts: each rank needs at least one"
-            )));
-        }
+        check_expert_ranks(ranks, experts)?;
         // The ranks align their micro-batches through the experts' exchanges: a stage holding
         // no mixture would have none.
         if let Some(stage) = &m.pipeline_stage
@@ -667,6 +655,16 @@ impl PartLevel {
         }
         index
     }
+}
+
+/// Refuses more ranks than `experts` (or none) to divide them: each needs at least one.
+fn check_expert_ranks(ranks: usize, experts: usize) -> Result<()> {
+    if ranks == 0 || ranks > experts {
+        return Err(BackendError::InvalidInput(format!(
+            "{ranks} expert-parallel ranks for {experts} experts: each rank needs at least one"
+        )));
+    }
+    Ok(())
 }
 
 /// Why stage `stage` of `stages`, holding `layers`, cannot divide its experts.

@@ -105,6 +105,16 @@ pub(crate) fn stage_layers(stage: usize, stages: usize, num_layers: usize) -> Ra
     stage * num_layers / stages..(stage + 1) * num_layers / stages
 }
 
+/// Refuses more stages than `num_layers` (or none): each stage needs at least one layer.
+pub(crate) fn check_stages(stages: usize, num_layers: usize) -> Result<()> {
+    if stages == 0 || stages > num_layers {
+        return Err(BackendError::InvalidInput(format!(
+            "{stages} pipeline stages for {num_layers} layers: each stage needs at least one"
+        )));
+    }
+    Ok(())
+}
+
 /// One step of a stage's schedule: the forward or the backward of a micro-batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PipelineOp {
@@ -218,11 +228,7 @@ impl PipelineStage {
     /// none).
     pub(crate) fn new(link: Arc<dyn Messenger>, num_layers: usize) -> Result<Self> {
         let (s, p) = (link.rank(), link.world_size());
-        if p == 0 || p > num_layers {
-            return Err(BackendError::InvalidInput(format!(
-                "{p} pipeline stages for {num_layers} layers: each stage needs at least one"
-            )));
-        }
+        check_stages(p, num_layers)?;
         Ok(Self {
             layers: stage_layers(s, p, num_layers),
             link,
