@@ -12,21 +12,33 @@ pub fn mpirun(ranks: usize) -> Command {
     cmd
 }
 
-#[test]
-fn collectives_agree_across_two_processes() {
-    let out = mpirun(2)
+/// Runs the check on `ranks` processes; every rank must report it passed.
+fn check_on(ranks: usize) {
+    let out = mpirun(ranks)
         .arg(env!("CARGO_BIN_EXE_mpi_collectives_check"))
         .output()
         .expect("mpirun not found: install MPI (Debian: openmpi-bin libopenmpi-dev)");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for rank in 0..2 {
+    for rank in 0..ranks {
         assert!(
             stdout.contains(&format!(
-                "rank {rank} of 2: collectives ok, messages ok, sub-group ok"
+                "rank {rank} of {ranks}: collectives ok, messages ok, sub-group ok"
             )),
             "{stdout}\n{stderr}"
         );
     }
+}
+
+#[test]
+fn collectives_agree_across_two_processes() {
+    check_on(2);
+}
+
+/// Three ranks: the first and last form a group of their own, whose collectives make a
+/// communicator among them alone (two ranks' group is every rank, the world's communicator).
+#[test]
+fn a_group_of_some_ranks_agrees_across_three_processes() {
+    check_on(3);
 }

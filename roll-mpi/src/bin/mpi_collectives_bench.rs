@@ -3,12 +3,17 @@
 //! gradients) and of a broadcast of as many bytes as those floats take (what a weight sync would
 //! pay), over repeated calls. Rank 0 prints one line per size.
 //!
+//! Then the latency of small collectives (median of 2,000 calls, in µs): an all-reduce of one
+//! float and an all-to-all of 64 floats per rank, over the world, over a sub-group of every
+//! rank, and over a sub-group of all ranks but the last (with 3 ranks or more) — which makes a
+//! communicator for each call (`MPI_Comm_create_group`).
+//!
 //! Not a criterion benchmark: criterion picks its iteration counts per process, and every rank
 //! must make the same calls. Build it in release:
 //! `cargo build --release -p roll-mpi --features mpi --bin mpi_collectives_bench`, then
 //! `mpirun -np 2 target/release/mpi_collectives_bench`.
 
-use roll_core::strategy::{DeviceSpec, ReduceOp, Strategy};
+use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
 use roll_mpi::MpiWorld;
 use std::time::Instant;
 
@@ -52,6 +57,59 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 size / b / 1e9
             );
         }
+    }
+    small_collectives(&me)?;
+    Ok(())
+}
+
+/// Rank 0 prints the latency of small collectives over the world and over sub-groups.
+fn small_collectives(me: &roll_mpi::MpiReplica) -> Result<(), Box<dyn std::error::Error>> {
+    const CALLS: usize = 2000;
+    let n = me.world_size();
+    let every: Vec<usize> = (0..n).collect();
+    let mut groups: Vec<(String, std::sync::Arc<dyn Messenger>)> = Vec::new();
+    if let Some(group) = me.subgroup(&every)? {
+        groups.push((format!("sub-group of all {n} ranks"), group));
+    }
+    // Every rank forms the group; the last, not a member, sits out its collectives.
+    let some = me.subgroup(&every[..n - 1])?;
+    if me.rank() == 0 {
+        println!("small collectives | all-reduce of 1 float (µs) | all-to-all of 64 floats (µs)");
+    }
+    let time = |name: &str, strategy: &dyn Strategy| -> Result<(), Box<dyn std::error::Error>> {
+        let (mut reduce, mut exchange) = (Vec::new(), Vec::new());
+        for _ in 0..CALLS {
+            let t = Instant::now();
+            strategy.all_reduce(&mut [1.0], ReduceOp::Sum)?;
+            reduce.push(t.elapsed().as_secs_f64());
+        }
+        for _ in 0..CALLS {
+            let parts = vec![vec![1.0f32; 64]; strategy.world_size()];
+            let t = Instant::now();
+            strategy.all_to_all(parts)?;
+            exchange.push(t.elapsed().as_secs_f64());
+        }
+        if me.rank() == 0 {
+            println!(
+                "| {name} | {:.1} | {:.1}",
+                median(&mut reduce) * 1e6,
+                median(&mut exchange) * 1e6
+            );
+        }
+        Ok(())
+    };
+    time(&format!("world of {n} ranks"), me)?;
+    for (name, group) in &groups {
+        time(name, group.as_ref())?;
+    }
+    if n >= 3 {
+        if let Some(group) = &some {
+            time(
+                &format!("sub-group of ranks 0 to {}", n - 2),
+                group.as_ref(),
+            )?;
+        }
+        me.all_reduce(&mut [0.0], ReduceOp::Sum)?;
     }
     Ok(())
 }

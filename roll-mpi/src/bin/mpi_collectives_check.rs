@@ -69,7 +69,7 @@ fn check() -> Result<String, String> {
         return Err("a broadcast from a rank outside the job was accepted".into());
     }
     messages(&me)?;
-    subgroup(&me)?;
+    subgroups(&me)?;
     let n = me.world_size();
     // Rank s sends rank d `s` copies of `10s + d` (rank 0 sends nothing).
     let send = (0..n)
@@ -140,12 +140,19 @@ fn messages(me: &roll_mpi::MpiReplica) -> Result<(), String> {
 }
 
 /// The first and the last rank form a group: its sums cover them alone, while the other ranks
-/// are not asked to take part; then the whole job reduces again.
-fn subgroup(me: &roll_mpi::MpiReplica) -> Result<(), String> {
-    let err = |e: roll_core::Error| e.to_string();
+/// are not asked to take part (with 3 ranks or more: a communicator made among them); then the
+/// whole job forms a group of every rank (the world's communicator), and reduces again.
+fn subgroups(me: &roll_mpi::MpiReplica) -> Result<(), String> {
     let last = me.world_size() - 1;
-    let members = if last == 0 { vec![0] } else { vec![0, last] };
-    match me.subgroup(&members).map_err(err)? {
+    let ends = if last == 0 { vec![0] } else { vec![0, last] };
+    subgroup(me, &ends)?;
+    subgroup(me, &(0..=last).collect::<Vec<_>>())
+}
+
+/// The group of `members` sums their ranks, and its first member broadcasts to it.
+fn subgroup(me: &roll_mpi::MpiReplica, members: &[usize]) -> Result<(), String> {
+    let err = |e: roll_core::Error| e.to_string();
+    match me.subgroup(members).map_err(err)? {
         Some(group) => {
             let mut v = [me.rank() as f32];
             group.all_reduce(&mut v, ReduceOp::Sum).map_err(err)?;
@@ -155,7 +162,8 @@ fn subgroup(me: &roll_mpi::MpiReplica) -> Result<(), String> {
                 Vec::new()
             };
             group.broadcast(&mut bytes, 0).map_err(err)?;
-            if v[0] != last as f32 || bytes != b"group" || group.world_size() != members.len() {
+            let sum = members.iter().sum::<usize>() as f32;
+            if v[0] != sum || bytes != b"group" || group.world_size() != members.len() {
                 return Err(format!(
                     "rank {}: the group reduced {v:?}, broadcast {bytes:?}",
                     me.rank()
