@@ -32,12 +32,17 @@ fn below(rng: &mut SplitMix64, n: usize) -> usize {
 /// Sequences of mixed lengths with untrained tokens, advantages of both signs and reference
 /// log-probs near the model's own.
 fn batch(model: &CausalLm, n: usize, seed: u64) -> TrainBatch {
+    batch_of(model, n, seed, 12, 14)
+}
+
+/// [`batch`] with prompts of 1 to `prompt` tokens and responses of 1 to `response`.
+fn batch_of(model: &CausalLm, n: usize, seed: u64, prompt: usize, response: usize) -> TrainBatch {
     let vocab = model.vocab_size();
     let mut rng = SplitMix64::new(seed);
     let mut seqs: Vec<TrainSequence> = (0..n)
         .map(|i| {
-            let p = 1 + below(&mut rng, 12);
-            let r = 1 + below(&mut rng, 14);
+            let p = 1 + below(&mut rng, prompt);
+            let r = 1 + below(&mut rng, response);
             TrainSequence {
                 sample: SampleId(i as u64),
                 prompt_ids: (0..p).map(|_| below(&mut rng, vocab) as u32).collect(),
@@ -121,7 +126,11 @@ fn gradients(
 }
 
 fn assert_same_gradients(model: &CausalLm, name: &str) {
-    let b = batch(model, 6, 7);
+    assert_same_gradients_on(model, &batch(model, 6, 7), name);
+}
+
+fn assert_same_gradients_on(model: &CausalLm, b: &TrainBatch, name: &str) {
+    let b = b.clone();
     let (fused, fused_loss) = gradients(model, &b, TrainKernels::Auto, None);
     let (reference, reference_loss) = gradients(model, &b, TrainKernels::Autodiff, None);
     assert!(
@@ -149,6 +158,30 @@ fn fused_gradients_match_autodiff_on_the_qwen2_fixtures() {
     for name in ["tiny-qwen2", "tiny-qwen2-sft"] {
         let model = load_model(support::fixture(name), &dev()).unwrap();
         assert_same_gradients(&model, name);
+    }
+}
+
+/// A batch whose activations are large enough (≥ 256 KiB, 512 tokens of the fixture's 128
+/// features; this one has 1,625) that the CPU kernels take their buffers from the pool of recycled ones, and
+/// after a first step, from buffers holding that step's values: a kernel that read a buffer it
+/// was given before writing all of it would compute something else the second time.
+#[test]
+fn fused_gradients_on_recycled_buffers_match_autodiff_and_the_first_step_bit_for_bit() {
+    let model = load_model(support::fixture("tiny-qwen2"), &dev()).unwrap();
+    let b = batch_of(&model, 14, 11, 100, 160);
+    let tokens: usize = b
+        .sequences()
+        .iter()
+        .map(|s| s.prompt_ids.len() + s.response_ids.len())
+        .sum();
+    assert!(tokens * 128 >= 1 << 16, "{tokens} tokens: too few to pool");
+    let first = gradients(&model, &b, TrainKernels::Auto, None);
+    assert_same_gradients_on(&model, &b, "tiny-qwen2, recycled buffers");
+    let again = gradients(&model, &b, TrainKernels::Auto, None);
+    assert_eq!(first.1.to_bits(), again.1.to_bits(), "the loss");
+    for (k, g) in &first.0 {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(g), bits(&again.0[k]), "{k}");
     }
 }
 

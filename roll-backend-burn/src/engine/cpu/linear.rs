@@ -57,7 +57,7 @@ impl Linear {
 
     /// `X · W` (no bias), token-major (`[cols, d_out]`), for transposed activations `xt`.
     fn product(&self, xt: &[f32], cols: usize) -> Vec<f32> {
-        let mut y = vec![0.0f32; cols * self.d_out()];
+        let mut y = super::scratch::overwritten(cols * self.d_out());
         let x = MatRef::row_major(xt, self.d_in(), cols).t();
         matmul(&mut y, x, &self.weight, Init::Overwrite);
         y
@@ -81,13 +81,16 @@ impl Linear {
     /// activations `xt` (`[d_in, cols]`).
     pub(crate) fn forward(&self, xt: &[f32], cols: usize) -> Vec<f32> {
         let mut out = if cols < TRANSPOSED_FROM {
-            super::matrix::transpose(&self.product(xt, cols), cols, self.d_out())
+            let y = self.product(xt, cols);
+            let out = super::matrix::transpose(&y, cols, self.d_out());
+            super::scratch::recycle(y);
+            out
         } else {
             let weight_t = self
                 .weight_t
                 .get_or_init(|| PackedA::transposed_from(&self.weight));
             let x = PackedB::new(MatRef::row_major(xt, self.d_in(), cols));
-            let mut out = vec![0.0f32; self.d_out() * cols];
+            let mut out = super::scratch::overwritten(self.d_out() * cols);
             matmul_packed(&mut out, weight_t, &x, Init::Overwrite);
             out
         };

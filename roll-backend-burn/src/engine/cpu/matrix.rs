@@ -17,7 +17,7 @@ pub(crate) fn add_in_place(x: &mut [f32], y: &[f32]) {
 /// the L1 cache when `rows` is a multiple of 1024. A large matrix's output rows are split into
 /// bands written concurrently (a transpose is exact, so the split changes no value).
 pub(crate) fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0.0f32; m.len()];
+    let mut t = super::scratch::overwritten(m.len());
     if rows == 0 || cols == 0 {
         return t;
     }

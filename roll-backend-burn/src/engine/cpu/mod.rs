@@ -84,6 +84,7 @@ pub(crate) mod matrix;
 mod norm;
 mod record;
 mod rope;
+pub(crate) mod scratch;
 mod swiglu;
 mod weights;
 
@@ -315,7 +316,7 @@ impl CpuDecoder {
                 }
             }
             let (k_pool, v_pool) = (&cache.k[l], &cache.v[l]);
-            let mut attn = vec![0.0f32; n * q_width];
+            let mut attn = scratch::zeroed(n * q_width);
             let attend_token = |scores: &mut Vec<f32>, t: usize, out: &mut [f32]| {
                 let q = &qkv[t * qkv_width..t * qkv_width + q_width];
                 let len = tok_pos[t] + 1;
@@ -355,6 +356,7 @@ impl CpuDecoder {
                 Vec::new()
             };
             let attn_t = transpose(&attn, n, q_width);
+            scratch::recycle(attn);
             let o = self.reduced(layer.o.forward(&attn_t, n))?;
             rec.attention(AttentionBlock {
                 normed_t: normed,
@@ -364,6 +366,7 @@ impl CpuDecoder {
                 out_t: attn_t,
             });
             add_in_place(&mut xt, &o);
+            scratch::recycle(o);
 
             // MLP block.
             let (normed, inv_rms) = rms_norm_cols_keeping_roots(&xt, n, &layer.post_norm);
@@ -378,6 +381,7 @@ impl CpuDecoder {
                 act_t: act,
             });
             add_in_place(&mut xt, &down);
+            scratch::recycle(down);
         }
         Ok(xt)
     }

@@ -62,7 +62,7 @@ pub(crate) fn rms_norm_cols_keeping_roots(
         .iter()
         .map(|s| 1.0 / (s / width as f32 + norm.eps).sqrt())
         .collect();
-    let mut out = vec![0.0f32; xt.len()];
+    let mut out = super::scratch::overwritten(xt.len());
     for ((o, row), w) in out
         .chunks_exact_mut(cols)
         .zip(xt.chunks_exact(cols))

@@ -62,6 +62,32 @@ pub(crate) struct MlpBlock {
     pub act_t: Vec<f32>,
 }
 
+/// Inference keeps nothing: the blocks' buffers go back to the pool ([`super::scratch`]).
 impl Recorder for () {
     const KEEPS_PROBS: bool = false;
+
+    fn attention(&mut self, block: AttentionBlock) {
+        let AttentionBlock {
+            normed_t,
+            inv_rms: _,
+            qkv,
+            probs: _,
+            out_t,
+        } = block;
+        [normed_t, qkv, out_t]
+            .into_iter()
+            .for_each(super::scratch::recycle);
+    }
+
+    fn mlp(&mut self, block: MlpBlock) {
+        let MlpBlock {
+            normed_t,
+            inv_rms: _,
+            gate_up_t,
+            act_t,
+        } = block;
+        [normed_t, gate_up_t, act_t]
+            .into_iter()
+            .for_each(super::scratch::recycle);
+    }
 }

@@ -12,7 +12,7 @@ const CHUNK: usize = 4096;
 /// change no bit.
 pub(crate) fn silu_mul(gate_up_t: &[f32]) -> Vec<f32> {
     let (gate, up) = gate_up_t.split_at(gate_up_t.len() / 2);
-    let mut out = vec![0.0; gate.len()];
+    let mut out = super::scratch::overwritten(gate.len());
     out.par_chunks_mut(CHUNK)
         .zip(gate.par_chunks(CHUNK).zip(up.par_chunks(CHUNK)))
         .for_each(|(out, (gate, up))| {

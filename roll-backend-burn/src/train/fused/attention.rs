@@ -180,7 +180,7 @@ pub(crate) fn backward(
             })
         })
         .collect();
-    let mut dqkv = vec![0.0f32; qkv.len()];
+    let mut dqkv = crate::engine::cpu::scratch::zeroed(qkv.len());
     for (&(s, j), (tq, tk, tv)) in tasks.iter().zip(parts) {
         let (start, len) = seqs[s];
         for i in 0..len {

@@ -2,6 +2,7 @@
 //! Burn's optimiser as [`GradientsParams`].
 
 use super::weights::Vector;
+use crate::engine::cpu::scratch;
 use burn::module::ParamId;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -21,7 +22,10 @@ impl GradSink {
             return;
         }
         match self.vectors.get_mut(&p.id) {
-            Some(sum) => super::mm::add_in_place(sum, &g),
+            Some(sum) => {
+                super::mm::add_in_place(sum, &g);
+                scratch::recycle(g);
+            }
             None => {
                 self.vectors.insert(p.id, g);
             }
@@ -32,7 +36,10 @@ impl GradSink {
     pub(crate) fn add_matrix(&mut self, id: ParamId, shape: [usize; 2], g: Vec<f32>) {
         debug_assert_eq!(g.len(), shape[0] * shape[1]);
         match self.matrices.get_mut(&id) {
-            Some((_, sum)) => super::mm::add_in_place(sum, &g),
+            Some((_, sum)) => {
+                super::mm::add_in_place(sum, &g);
+                scratch::recycle(g);
+            }
             None => {
                 self.matrices.insert(id, (shape, g));
             }

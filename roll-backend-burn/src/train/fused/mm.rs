@@ -4,6 +4,7 @@
 
 pub(crate) use crate::engine::cpu::gemm::{Init, MatRef, PackedA, PackedB, matmul, matmul_packed};
 pub(crate) use crate::engine::cpu::matrix::add_in_place;
+use crate::engine::cpu::scratch;
 use std::ops::Range;
 
 /// An owned row-major matrix.
@@ -12,6 +13,13 @@ pub(crate) struct Mat {
     pub values: Vec<f32>,
     pub rows: usize,
     pub cols: usize,
+}
+
+/// Its values go back to the pool ([`scratch`]): the tape's matrices are a step's activations.
+impl Drop for Mat {
+    fn drop(&mut self) {
+        scratch::recycle(std::mem::take(&mut self.values));
+    }
 }
 
 impl Mat {
@@ -39,7 +47,7 @@ pub(crate) fn mul(a: MatRef<'_>, b: MatRef<'_>) -> Vec<f32> {
 
 /// `A·B` for a `B` packed once (a weight read by many products).
 pub(crate) fn mul_packed(a: MatRef<'_>, b: &PackedB) -> Vec<f32> {
-    let mut c = vec![0.0; a.rows() * b.n()];
+    let mut c = scratch::overwritten(a.rows() * b.n());
     matmul(&mut c, a, b, Init::Overwrite);
     c
 }

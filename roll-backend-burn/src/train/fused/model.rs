@@ -11,6 +11,7 @@ use super::rope;
 use super::swiglu;
 use super::weights::{Projection, Weights};
 use crate::engine::cpu::matrix::transpose;
+use crate::engine::cpu::scratch;
 use crate::engine::cpu::{AttentionBlock, MlpBlock, Recorder};
 use crate::{BackendError, Result};
 
@@ -69,6 +70,20 @@ struct LayerTape {
     act_t: Mat,
 }
 
+/// Its buffers go back to the pool ([`scratch`]) once the backward has read them (its matrices
+/// go by themselves).
+impl Drop for LayerTape {
+    fn drop(&mut self) {
+        let kept = [&mut self.x, &mut self.qkv, &mut self.xm];
+        kept.into_iter()
+            .for_each(|v| scratch::recycle(std::mem::take(v)));
+        if let Some([(q, _), (k, _)]) = self.qk_pre.take() {
+            scratch::recycle(q);
+            scratch::recycle(k);
+        }
+    }
+}
+
 /// A forward's saved activations and its outputs.
 pub(crate) struct Tape {
     layers: Vec<LayerTape>,
@@ -86,6 +101,19 @@ pub(crate) struct Tape {
     /// The final residual stream, `[hidden, tokens]`, of a pipeline stage before the last: the
     /// next stage's input (empty otherwise).
     pub stream_out: Vec<f32>,
+}
+
+/// Its large buffers go back to the pool ([`scratch`]), as [`LayerTape`]'s do.
+impl Drop for Tape {
+    fn drop(&mut self) {
+        let kept = [
+            &mut self.x_final,
+            &mut self.hidden_rows,
+            &mut self.stream_out,
+        ];
+        kept.into_iter()
+            .for_each(|v| scratch::recycle(std::mem::take(v)));
+    }
 }
 
 /// What the forward computes at the scored rows besides their hidden states.
@@ -293,6 +321,7 @@ fn weight_gradients(x_t: &Mat, dy: OutputGrad<'_>, p: &Projection, sink: &mut Gr
                 sink.add_matrix(m.id, m.dims, g);
             }
         }
+        scratch::recycle(dw_t);
         return;
     }
     match p.parts.as_slice() {
@@ -402,24 +431,21 @@ pub(crate) fn backward_stage(
         StageGrad::Hidden(dh_rows) => Some(dh_rows.to_vec()),
         StageGrad::Stream(_) => None,
     };
-    let Tape {
-        layers,
-        x_final,
-        r_final,
-        cos,
-        sin,
-        ..
-    } = tape;
+    let mut tape = tape;
+    let layers = std::mem::take(&mut tape.layers);
+    let (x_final, r_final) = (&tape.x_final, &tape.r_final);
+    let (cos, sin) = (&tape.cos, &tape.sin);
     let mut dx = match (dh_rows, from) {
         (_, StageGrad::Stream(dx)) => dx,
         (dh_rows, _) => {
             let dh_rows = dh_rows.unwrap_or_default();
-            let mut dhf = vec![0.0; n * h];
+            let mut dhf = scratch::zeroed(n * h);
             for (i, &r) in p.rows.iter().enumerate() {
                 mm::add_in_place(&mut dhf[r * h..(r + 1) * h], &dh_rows[i * h..(i + 1) * h]);
             }
             let mut dg = vec![0.0; h];
-            let dx = norm::backward(&x_final, &r_final, &w.final_norm.values, &dhf, &mut dg);
+            let dx = norm::backward(x_final, r_final, &w.final_norm.values, &dhf, &mut dg);
+            scratch::recycle(dhf);
             sink.add_vector(&w.final_norm, dg);
             dx
         }
@@ -436,28 +462,32 @@ pub(crate) fn backward_stage(
         weight_gradients(&t.act_t, d_out, &l.down, sink);
         let d_act_t = l.down.input_grad_t(d_out);
         let d_gate_up_t = swiglu::backward(&t.gate_up_t.values, &d_act_t);
+        scratch::recycle(d_act_t);
         let d_gate_up = OutputGrad::Cols {
             values: &d_gate_up_t,
             tokens: n,
         };
         weight_gradients(&t.h2_t, d_gate_up, &l.gate_up, sink);
         let dh2 = l.gate_up.input_grad(d_gate_up);
+        scratch::recycle(d_gate_up_t);
         let dh2 = completed(dh2)?;
         let mut dg2 = vec![0.0; h];
         let mut dxm = norm::backward(&t.xm, &t.r2, &l.post_norm.values, &dh2, &mut dg2);
+        scratch::recycle(dh2);
         sink.add_vector(&l.post_norm, dg2);
         mm::add_in_place(&mut dxm, &dx);
         // Attention: xm = x + o(attention(rope(norm_qk(q(h1))), rope(norm_qk(k(h1))), v(h1))).
         let d_attn = projection_backward(&t.attn_t, &dxm, &l.o, sink);
         let mut dqkv = attention::backward(&t.qkv, &t.probs, &d_attn, &p.seqs, w.heads);
+        scratch::recycle(d_attn);
         // The queries and keys, side by side at the start of each row, were rotated.
         rope::rotate(
             &mut dqkv,
             (heads + kv_heads) * d,
             &p.positions,
             d,
-            &cos,
-            &sin,
+            cos,
+            sin,
             true,
         );
         if let (Some((qn, kn)), Some([(q_pre, rq), (k_pre, rk)])) = (&l.qk_norm, &t.qk_pre) {
@@ -482,11 +512,15 @@ pub(crate) fn backward_stage(
             }
         }
         let dh1 = projection_backward(&t.h1_t, &dqkv, &l.qkv, sink);
+        scratch::recycle(dqkv);
         let dh1 = completed(dh1)?;
         let mut dg1 = vec![0.0; h];
-        dx = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
+        let dx_in = norm::backward(&t.x, &t.r1, &l.input_norm.values, &dh1, &mut dg1);
+        scratch::recycle(dh1);
+        scratch::recycle(std::mem::replace(&mut dx, dx_in));
         sink.add_vector(&l.input_norm, dg1);
         mm::add_in_place(&mut dx, &dxm);
+        scratch::recycle(dxm);
     }
     if w.stage.as_ref().is_some_and(|s| !s.is_first()) {
         return Ok(Some(dx));

@@ -3,6 +3,7 @@
 //! `y = g ⊙ x·r` with `r = (mean(x²) + ε)^(-1/2)`, HF's arithmetic (multiply by the reciprocal).
 //! With `u = g ⊙ dy`: `dx = r·u − x·r³·(u·x)/n` and `dg = Σ_rows dy ⊙ x·r`.
 
+use crate::engine::cpu::scratch;
 use crate::engine::cpu::vectorized;
 use rayon::prelude::*;
 
@@ -25,7 +26,7 @@ pub(crate) fn roots(x: &[f32], width: usize, eps: f32) -> Vec<f32> {
 pub(crate) fn forward(x: &[f32], g: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
     let n = g.len();
     let rows = x.len() / n;
-    let mut y = vec![0.0; x.len()];
+    let mut y = scratch::overwritten(x.len());
     let mut r = vec![0.0; rows];
     y.par_chunks_mut(n * ROWS_PER_TASK)
         .zip(r.par_chunks_mut(ROWS_PER_TASK))
@@ -48,7 +49,7 @@ pub(crate) fn forward(x: &[f32], g: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
 /// The input gradient of [`forward`], and the weight gradient added to `dg`.
 pub(crate) fn backward(x: &[f32], r: &[f32], g: &[f32], dy: &[f32], dg: &mut [f32]) -> Vec<f32> {
     let n = g.len();
-    let mut dx = vec![0.0; x.len()];
+    let mut dx = scratch::overwritten(x.len());
     let partial: Vec<Vec<f32>> = dx
         .par_chunks_mut(n * ROWS_PER_TASK)
         .zip(x.par_chunks(n * ROWS_PER_TASK))

@@ -32,7 +32,7 @@ fn forward(gate: &[f32], up: &[f32]) -> Vec<f32> {
 /// `gate_up_t`'s shape. Element-wise over the gate and up halves.
 pub(crate) fn backward(gate_up_t: &[f32], da_t: &[f32]) -> Vec<f32> {
     let (gate, up) = gate_up_t.split_at(gate_up_t.len() / 2);
-    let mut d_gate_up = vec![0.0; gate_up_t.len()];
+    let mut d_gate_up = crate::engine::cpu::scratch::overwritten(gate_up_t.len());
     let (dg, du) = d_gate_up.split_at_mut(gate.len());
     dg.par_chunks_mut(CHUNK)
         .zip(du.par_chunks_mut(CHUNK))

@@ -61,7 +61,7 @@ impl Projection {
                 .weight
                 .get_or_init(|| PackedA::transposed_from(&m.weight_t));
             let dy_t = PackedB::new(dy.t());
-            let mut dx_t = vec![0.0; w.m() * dy.rows()];
+            let mut dx_t = crate::engine::cpu::scratch::overwritten(w.m() * dy.rows());
             mm::matmul_packed(&mut dx_t, w, &dy_t, Init::Overwrite);
             dx_t
         })
@@ -79,7 +79,10 @@ impl Projection {
             let part = product(m, view.columns(at..at + m.dims[1]));
             at += m.dims[1];
             match &mut sum {
-                Some(sum) => mm::add_in_place(sum, &part),
+                Some(sum) => {
+                    mm::add_in_place(sum, &part);
+                    crate::engine::cpu::scratch::recycle(part);
+                }
                 None => sum = Some(part),
             }
         }

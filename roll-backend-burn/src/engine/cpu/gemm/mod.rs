@@ -136,11 +136,18 @@ pub struct PackedB {
     panels: Vec<f32>,
 }
 
+/// Its panels go back to the pool ([`super::scratch`]): products pack a new operand per call.
+impl Drop for PackedB {
+    fn drop(&mut self) {
+        super::scratch::recycle(std::mem::take(&mut self.panels));
+    }
+}
+
 impl PackedB {
     /// Packs `b` (`k × n`, any strides).
     pub fn new(b: MatRef<'_>) -> Self {
         let (k, n) = (b.rows, b.cols);
-        let mut panels = vec![0.0f32; n.div_ceil(NR) * k * NR];
+        let mut panels = super::scratch::zeroed(n.div_ceil(NR) * k * NR);
         // Along `b`'s contiguous dimension, as `pack_a` does.
         let pack = |p: usize, panel: &mut [f32]| {
             let j0 = p * NR;
@@ -360,6 +367,13 @@ fn block_len(rows: usize, k: usize) -> usize {
     rows.div_ceil(MR).min(MC / MR) * MR * k.min(KC)
 }
 
+/// Its blocks go back to the pool ([`super::scratch`]), as [`PackedB`]'s panels do.
+impl Drop for PackedA {
+    fn drop(&mut self) {
+        super::scratch::recycle(std::mem::take(&mut self.data));
+    }
+}
+
 impl PackedA {
     /// Packs `a` (`m × k`, any strides).
     pub fn new(a: MatRef<'_>) -> Self {
@@ -403,7 +417,7 @@ impl PackedA {
     ) -> Self {
         let k_blocks = k.div_ceil(KC);
         let block = block_len(m, k);
-        let mut data = vec![0.0f32; m.div_ceil(MC) * k_blocks * block];
+        let mut data = super::scratch::zeroed(m.div_ceil(MC) * k_blocks * block);
         // An empty operand has no blocks (and chunks of no floats do not exist).
         data.par_chunks_exact_mut(block.max(1))
             .enumerate()
