@@ -136,7 +136,8 @@ pub struct PackedB {
     panels: Vec<f32>,
 }
 
-/// Its panels go back to the pool ([`super::scratch`]): products pack a new operand per call.
+/// Its panels go back to the CPU kernels' pool of recycled buffers (`engine::cpu::scratch`):
+/// products pack a new operand per call.
 impl Drop for PackedB {
     fn drop(&mut self) {
         super::scratch::recycle(std::mem::take(&mut self.panels));
@@ -367,7 +368,7 @@ fn block_len(rows: usize, k: usize) -> usize {
     rows.div_ceil(MR).min(MC / MR) * MR * k.min(KC)
 }
 
-/// Its blocks go back to the pool ([`super::scratch`]), as [`PackedB`]'s panels do.
+/// Its blocks go back to the CPU kernels' pool of recycled buffers, as [`PackedB`]'s panels do.
 impl Drop for PackedA {
     fn drop(&mut self) {
         super::scratch::recycle(std::mem::take(&mut self.data));
