@@ -27,10 +27,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Floats below which a buffer is left to the allocator (256 KiB).
-pub(crate) const SMALLEST: usize = 1 << 16;
+const SMALLEST: usize = 1 << 16;
 
 /// The most the pool keeps, in bytes.
-pub(crate) const LIMIT_BYTES: usize = 256 << 20;
+const LIMIT_BYTES: usize = 256 << 20;
 
 /// A buffer serves a request of at least `capacity − capacity / (SLACK + 1)` floats: 8/9 of it.
 const SLACK: usize = 8;
