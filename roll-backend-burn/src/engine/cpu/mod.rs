@@ -82,6 +82,7 @@ mod linear;
 mod logits;
 pub(crate) mod matrix;
 mod norm;
+pub(crate) mod pool;
 mod record;
 mod rope;
 pub(crate) mod scratch;
@@ -93,6 +94,7 @@ pub(crate) use rope::rope_angles;
 
 use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
 use super::paged::{CacheShape, checked_step};
+use super::sampler::{Draw, SampledToken, pick_rows};
 use crate::models::{CausalLm, check_id};
 use crate::{BackendError, Device, Result};
 use attention::{HeadShape, attend};
@@ -485,6 +487,29 @@ impl CpuDecoder {
         )
     }
 
+    /// The logits of every input's last token (what [`DecodeBackend::forward`] returns), on the
+    /// caller's thread.
+    fn forward_logits(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The LM head runs on each input's last token only (an empty input is rejected by
+        // `step` before anything runs).
+        let last: Vec<usize> = inputs
+            .iter()
+            .scan(0, |end, i| {
+                *end += i.tokens.len();
+                Some(end.saturating_sub(1))
+            })
+            .collect();
+        let n = last.last().map_or(0, |&t| t + 1);
+        let xt = self.step(cache, inputs, &mut ())?;
+        Ok(self
+            .w
+            .lm_head
+            .forward_rows(&self.head_input(&xt, n, &last), last.len()))
+    }
+
     /// Scores every sequence of `request` — `logprobs[t] = log p(response[t] | prompt,
     /// response[..t])` and, when `request.with_entropy`, the entropy of that next-token
     /// distribution — with the same semantics as [`crate::score`] without a value head
@@ -502,7 +527,15 @@ impl CpuDecoder {
     /// [`BackendError::TokenOutOfVocab`] for an id outside the vocabulary (in a sequence with a
     /// response), or if the temporary cache cannot be allocated.
     pub fn score(&self, request: &ScoreRequest) -> Result<Vec<TokenScores>> {
-        self.score_in_groups(request, SCORE_TOKENS)
+        pool::as_one_job(self.waits_on_peers(), || {
+            self.score_in_groups(request, SCORE_TOKENS)
+        })
+    }
+
+    /// Whether a forward exchanges with other ranks (a tensor-parallel shard's all-reduce): then
+    /// it runs on its caller's thread, not as one job on the pool (see [`pool::as_one_job`]).
+    pub(crate) fn waits_on_peers(&self) -> bool {
+        self.w.tensor_shard.is_some()
     }
 
     /// [`Self::score`] with forward calls of at most `budget` tokens.
@@ -639,24 +672,19 @@ impl DecodeBackend for CpuDecoder {
     }
 
     fn forward(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
-        if inputs.is_empty() {
-            return Ok(Vec::new());
-        }
-        // The LM head runs on each input's last token only (an empty input is rejected by
-        // `step` before anything runs).
-        let last: Vec<usize> = inputs
-            .iter()
-            .scan(0, |end, i| {
-                *end += i.tokens.len();
-                Some(end.saturating_sub(1))
-            })
-            .collect();
-        let n = last.last().map_or(0, |&t| t + 1);
-        let xt = self.step(cache, inputs, &mut ())?;
-        Ok(self
-            .w
-            .lm_head
-            .forward_rows(&self.head_input(&xt, n, &last), last.len()))
+        pool::as_one_job(self.waits_on_peers(), || self.forward_logits(cache, inputs))
+    }
+
+    fn forward_sample(
+        &self,
+        cache: &mut CpuCache,
+        inputs: &[StepInput<'_>],
+        draws: &[Option<Draw>],
+    ) -> Result<Vec<Option<Result<SampledToken>>>> {
+        pool::as_one_job(self.waits_on_peers(), || {
+            let logits = self.forward_logits(cache, inputs)?;
+            Ok(pick_rows(&logits, self.vocab_size(), draws))
+        })
     }
 
     fn release(&self, cache: &mut CpuCache, seq: SeqId) {

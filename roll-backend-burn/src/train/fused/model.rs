@@ -11,8 +11,8 @@ use super::rope;
 use super::swiglu;
 use super::weights::{Projection, Weights};
 use crate::engine::cpu::matrix::transpose;
-use crate::engine::cpu::scratch;
 use crate::engine::cpu::{AttentionBlock, MlpBlock, Recorder};
+use crate::engine::cpu::{pool, scratch};
 use crate::{BackendError, Result};
 
 /// Sequences packed end to end, and the positions whose next token is scored.
@@ -207,6 +207,18 @@ impl Recorder for Keeper<'_> {
 /// # Errors
 /// [`BackendError::TokenOutOfVocab`] for a token outside the vocabulary.
 pub(crate) fn forward(
+    w: &Weights,
+    p: &Packed,
+    stream_in: Option<&[f32]>,
+    outputs: Outputs,
+) -> Result<Tape> {
+    pool::as_one_job(w.tensor_shard.is_some(), || {
+        forward_here(w, p, stream_in, outputs)
+    })
+}
+
+/// [`forward`] on the caller's thread.
+fn forward_here(
     w: &Weights,
     p: &Packed,
     stream_in: Option<&[f32]>,
@@ -411,6 +423,19 @@ pub(crate) fn backward_from_hidden(
 /// # Errors
 /// [`BackendError::Collective`] when a tensor-parallel all-reduce fails.
 pub(crate) fn backward_stage(
+    w: &Weights,
+    p: &Packed,
+    tape: Tape,
+    from: StageGrad<'_>,
+    sink: &mut GradSink,
+) -> Result<Option<Vec<f32>>> {
+    pool::as_one_job(w.tensor_shard.is_some(), || {
+        backward_stage_here(w, p, tape, from, sink)
+    })
+}
+
+/// [`backward_stage`] on the caller's thread.
+fn backward_stage_here(
     w: &Weights,
     p: &Packed,
     tape: Tape,
