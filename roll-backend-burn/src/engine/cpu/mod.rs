@@ -182,9 +182,9 @@ impl CpuDecoder {
     /// The decoder of whatever layers `model` holds: a pipeline stage's runs that stage only
     /// (the fused training path's forward).
     pub(crate) fn of_layers(model: &CausalLm) -> Result<Self> {
-        Ok(Self {
-            w: weights::extract(model, &Device::flex())?,
-        })
+        // Packing is parallel sections, like a forward's (and waits on no peer).
+        let w = pool::as_one_job(false, || weights::extract(model, &Device::flex()))?;
+        Ok(Self { w })
     }
 
     /// Decoder layers.

@@ -6,7 +6,7 @@
 use super::attention::Heads;
 use super::head::Head;
 use super::mm::{self, Init, Mat, MatRef, OutputGrad, PackedA, PackedB};
-use crate::engine::cpu::CpuDecoder;
+use crate::engine::cpu::{CpuDecoder, pool};
 use crate::models::{Architecture, Attention, CausalLm, Decoder, Mlp, PipelineStage, TensorShard};
 use crate::{BackendError, Result};
 use burn::module::{Param, ParamId};
@@ -337,11 +337,12 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
 /// # Errors
 /// [`BackendError::UnsupportedByDecoder`] for Qwen3-MoE or MLP biases.
 pub(crate) fn extract(model: &CausalLm) -> Result<Weights> {
-    match model {
+    // Packing is parallel sections, like a forward's (and waits on no peer).
+    pool::as_one_job(false, || match model {
         CausalLm::Qwen2(m) => of(m, CpuDecoder::of_layers(model)?),
         CausalLm::Qwen3(m) => of(m, CpuDecoder::of_layers(model)?),
         CausalLm::Qwen3Moe(_) => Err(BackendError::UnsupportedByDecoder {
             what: "qwen3_moe (mixture-of-experts) models on the fused training path".into(),
         }),
-    }
+    })
 }
