@@ -212,7 +212,7 @@ pub(crate) fn forward(
     stream_in: Option<&[f32]>,
     outputs: Outputs,
 ) -> Result<Tape> {
-    pool::as_one_job(w.tensor_shard.is_some(), || {
+    pool::as_one_job(w.decoder.waits_on_peers(), || {
         forward_here(w, p, stream_in, outputs)
     })
 }
@@ -429,7 +429,7 @@ pub(crate) fn backward_stage(
     from: StageGrad<'_>,
     sink: &mut GradSink,
 ) -> Result<Option<Vec<f32>>> {
-    pool::as_one_job(w.tensor_shard.is_some(), || {
+    pool::as_one_job(w.decoder.waits_on_peers(), || {
         backward_stage_here(w, p, tape, from, sink)
     })
 }
