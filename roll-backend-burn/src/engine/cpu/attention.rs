@@ -15,6 +15,18 @@ pub(crate) struct HeadShape {
     pub head_dim: usize,
 }
 
+impl HeadShape {
+    /// Query heads per key/value head: query head `j` reads kv head `j / group`.
+    fn group(self) -> usize {
+        self.heads / self.kv_heads
+    }
+
+    /// The scores' scale, `1/√head_dim`.
+    fn scale(self) -> f32 {
+        (self.head_dim as f32).powf(-0.5)
+    }
+}
+
 /// Causal attention of one query token over positions `0..len` of its sequence.
 ///
 /// - `q`: the token's queries `[heads, head_dim]`, already normed and rotated;
@@ -51,8 +63,7 @@ pub(crate) fn attend(
             kv_heads,
             head_dim: d,
         } = shape;
-        let group = heads / kv_heads;
-        let scale = (d as f32).powf(-0.5);
+        let (group, scale) = (shape.group(), shape.scale());
         let n_blocks = len.div_ceil(B);
         let blocks = &blocks[..n_blocks];
         // Scores `[heads, stride]` of a whole number of blocks; slots past `len` are never read.
@@ -211,8 +222,7 @@ mod tests {
             kv_heads,
             head_dim: d,
         } = shape;
-        let group = heads / kv_heads;
-        let scale = (d as f32).powf(-0.5);
+        let (group, scale) = (shape.group(), shape.scale());
         let mut out = vec![0.0f32; heads * d];
         for j in 0..heads {
             let g = j / group;
