@@ -347,3 +347,30 @@ fn a_fused_step_updates_the_weights_as_the_autodiff_step_does() {
         );
     }
 }
+
+/// GRPO's layout: groups of samples sharing a prompt, interleaved, which the fused path packs so
+/// that each prompt is computed once (the samples continue it). The gradients are those of
+/// Burn's autodiff over the whole sequences, and of the same samples one micro-batch each (no
+/// sharing): the shared prompt's keys gather every sample's gradient.
+#[test]
+fn fused_gradients_with_shared_prompts_match_autodiff_and_unshared_micro_batches() {
+    let model = load_model(support::fixture("tiny-qwen2-sft"), &dev()).unwrap();
+    let b = batch_of(&model, 12, 5, 4, 9);
+    let mut seqs = b.sequences().to_vec();
+    // Three prompts of 2, 17 (a cache block and one more) and 9 tokens, four samples each.
+    let prompts: Vec<Vec<u32>> = [2u32, 17, 9]
+        .iter()
+        .map(|&n| (0..n).map(|t| (t * 37 + n) % 500).collect())
+        .collect();
+    for (i, s) in seqs.iter_mut().enumerate() {
+        s.prompt_ids = prompts[i % 3].clone();
+    }
+    let b = TrainBatch::new(seqs).unwrap();
+    assert_same_gradients_on(&model, &b, "tiny-qwen2-sft, shared prompts");
+    let (shared, _) = gradients(&model, &b, TrainKernels::Auto, None);
+    let (one_by_one, _) = gradients(&model, &b, TrainKernels::Auto, Some(1));
+    for (k, g) in &shared {
+        let err = relative_error(g, &one_by_one[k]);
+        assert!(err <= 1e-5, "{k}: relative error {err:e}");
+    }
+}

@@ -221,6 +221,45 @@ impl PagedBlocks {
         }
     }
 
+    /// Makes `seq` a new entry that already holds `len` positions, on fresh blocks whose rows its
+    /// decoder fills itself: a sequence that continues a prompt another sequence of the same
+    /// forward computes, its keys and values copied from that one's (see
+    /// [`CpuDecoder::forward_recorded`](super::cpu::CpuDecoder::forward_recorded)).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`], naming the sequence, if it already has an entry, or the
+    /// cache has no room for one more sequence or for its blocks.
+    pub(crate) fn start_at(&mut self, seq: SeqId, len: usize) -> Result<()> {
+        if self.seqs.contains_key(&seq) {
+            return Err(BackendError::InvalidInput(format!(
+                "sequence {seq:?} already has a cache entry"
+            )));
+        }
+        if self.seqs.len() >= self.max_seqs {
+            return Err(BackendError::InvalidInput(format!(
+                "cache full: sequence {seq:?} exceeds max_seqs {}",
+                self.max_seqs
+            )));
+        }
+        let needed = len.div_ceil(BLOCK_TOKENS);
+        if needed > self.free.len() {
+            return Err(BackendError::InvalidInput(format!(
+                "cache full: sequence {seq:?} needs {needed} blocks of {BLOCK_TOKENS} tokens, {} \
+                 are free",
+                self.free.len()
+            )));
+        }
+        let blocks = self.free.split_off(self.free.len() - needed);
+        self.seqs.insert(
+            seq,
+            SeqEntry {
+                blocks: blocks.into_iter().rev().collect(),
+                len,
+            },
+        );
+        Ok(())
+    }
+
     /// Checks `inputs` against the cache and reserves the blocks their new positions need, all or
     /// nothing. Lengths are not advanced: [`PagedBlocks::commit`] does that once the keys and values
     /// are written, [`PagedBlocks::rollback`] undoes the reservation.

@@ -96,6 +96,38 @@ impl CpuCache {
         let row = tile + slot * d;
         self.v[layer][row..row + d].copy_from_slice(value);
     }
+
+    /// Copies the keys and values of positions `0..len` of the sequence with block table `from`
+    /// to the same positions of the one with table `to`, in `layer`: a sequence continuing a
+    /// prompt that another one computes reads the same rows in the same slots, so its attention
+    /// gives the bits it would give had it computed the prompt itself.
+    pub(crate) fn copy_prefix(&mut self, layer: usize, from: &[u32], to: &[u32], len: usize) {
+        let tile = self.shape.kv_heads * self.shape.head_dim * BLOCK_TOKENS;
+        let d = self.shape.head_dim;
+        for (b, (&src, &dst)) in from
+            .iter()
+            .zip(to)
+            .take(len.div_ceil(BLOCK_TOKENS))
+            .enumerate()
+        {
+            let slots = (len - b * BLOCK_TOKENS).min(BLOCK_TOKENS);
+            let (src, dst) = (src as usize * tile, dst as usize * tile);
+            if slots == BLOCK_TOKENS {
+                self.k[layer].copy_within(src..src + tile, dst);
+                self.v[layer].copy_within(src..src + tile, dst);
+                continue;
+            }
+            // Keys are `[kv_head, head_dim, slot]` within a block, values `[kv_head, slot, dim]`.
+            for row in 0..self.shape.kv_heads * d {
+                let at = row * BLOCK_TOKENS;
+                self.k[layer].copy_within(src + at..src + at + slots, dst + at);
+            }
+            for g in 0..self.shape.kv_heads {
+                let at = g * BLOCK_TOKENS * d;
+                self.v[layer].copy_within(src + at..src + at + slots * d, dst + at);
+            }
+        }
+    }
 }
 
 impl PagedCache for CpuCache {

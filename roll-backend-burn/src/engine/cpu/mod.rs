@@ -153,6 +153,26 @@ const SCORE_TOKENS: usize = 512;
 /// Tokens whose logits exist at once in [`CpuDecoder::logprobs_at`]: `HEAD_COLS × vocab` floats.
 const HEAD_COLS: usize = 256;
 
+/// One sequence of [`CpuDecoder::forward_recorded`]: its tokens, and the earlier sequence of the
+/// same call whose tokens come before them, if any (a prompt several sequences share, computed
+/// once). A continuation's tokens sit at positions from that sequence's length on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordedSeq<'a> {
+    /// The tokens this sequence computes.
+    pub tokens: &'a [u32],
+    /// The index of the sequence it continues (which continues none itself).
+    pub after: Option<usize>,
+}
+
+/// In a [`CpuDecoder::run`], each layer copies the keys and values of `from`'s first `len`
+/// positions to the same positions of `to` once they are written.
+#[derive(Debug, Clone, Copy)]
+struct PrefixCopy {
+    from: SeqId,
+    to: SeqId,
+    len: usize,
+}
+
 /// A dense Qwen2/Qwen3 model's weights laid out for cached decoding on the CPU.
 ///
 /// Built from a [`CausalLm`] by [`CpuDecoder::from_model`] (a copy: the model can be dropped or
@@ -228,11 +248,14 @@ impl CpuDecoder {
     /// Runs the layers over the flattened tokens of `inputs`, whose blocks `cache` has reserved,
     /// handing `rec` what it asks for on the way, and returns the final residual stream,
     /// transposed (`[hidden, tokens]`). The stream starts from the tokens' embeddings, or from
-    /// `stream_in` (`[hidden, tokens]`, a pipeline stage's input from the stage before).
+    /// `stream_in` (`[hidden, tokens]`, a pipeline stage's input from the stage before). In each
+    /// layer, once the tokens' keys and values are written, `copies` copy prompts into the
+    /// sequences that continue them, before anything attends.
     fn run<R: Recorder>(
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
+        copies: &[PrefixCopy],
         stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
@@ -278,6 +301,19 @@ impl CpuDecoder {
                     })
             })
             .collect::<Result<Vec<_>>>()?;
+        let copy_tables = copies
+            .iter()
+            .map(|c| {
+                let table = |seq| cache.blocks.table(seq).map(<[u32]>::to_vec);
+                match (table(c.from), table(c.to)) {
+                    (Some(from), Some(to)) => Ok((from, to, c.len)),
+                    _ => Err(BackendError::InvalidInput(format!(
+                        "a prompt copy from {:?} to {:?} without both cache entries",
+                        c.from, c.to
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
 
         // The residual stream, transposed: `[hidden, n]`.
         let mut xt = match stream_in {
@@ -316,6 +352,9 @@ impl CpuDecoder {
                 for (g, (k, v)) in k.chunks_exact(d).zip(v.chunks_exact(d)).enumerate() {
                     cache.write(l, &tables[tok_input[t]], tok_pos[t], g, k, v);
                 }
+            }
+            for (from, to, len) in &copy_tables {
+                cache.copy_prefix(l, from, to, *len);
             }
             let (k_pool, v_pool) = (&cache.k[l], &cache.v[l]);
             let mut attn = scratch::zeroed(n * q_width);
@@ -431,42 +470,75 @@ impl CpuDecoder {
         Ok((logprobs, entropy))
     }
 
-    /// Runs whole sequences (each from position 0) through every layer in one call, as a
-    /// prefill would, handing `rec` the activations as they are made; returns the final residual
-    /// stream, transposed (`[hidden, tokens]`, the sequences end to end). The training path's
-    /// forward: see [`Recorder`]. A pipeline stage after the first starts from `stream_in`, the
-    /// stage before's output (`[hidden, tokens]`), instead of the embeddings.
+    /// Runs whole sequences through every layer in one call, as a prefill would, handing `rec`
+    /// the activations as they are made; returns the final residual stream, transposed
+    /// (`[hidden, tokens]`, the sequences' tokens end to end). The training path's forward: see
+    /// [`Recorder`]. A pipeline stage after the first starts from `stream_in`, the stage before's
+    /// output (`[hidden, tokens]`), instead of the embeddings.
+    ///
+    /// A sequence may continue another one of the call ([`RecordedSeq::after`]): a prompt that
+    /// several sequences share (a GRPO group's) is then computed once, and each continuation
+    /// attends to its keys and values as to its own. Each continuation reads copies of them in
+    /// the same cache slots its own prefill would have written, so its bits are those of the
+    /// whole sequence run alone.
     ///
     /// # Errors
-    /// [`BackendError::TokenOutOfVocab`] for an id outside the vocabulary, or if the temporary
-    /// cache cannot be allocated.
+    /// [`BackendError::TokenOutOfVocab`] for an id outside the vocabulary,
+    /// [`BackendError::InvalidInput`] for a sequence continuing one that is not an earlier
+    /// sequence starting at position 0, or if the temporary cache cannot be allocated.
     pub(crate) fn forward_recorded<R: Recorder>(
         &self,
-        seqs: &[&[u32]],
+        seqs: &[RecordedSeq<'_>],
         stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
-        let inputs: Vec<StepInput<'_>> = seqs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(i, s)| StepInput {
-                seq: SeqId(i as u64),
-                tokens: s,
-                start: 0,
-            })
-            .collect();
-        let tokens: usize = inputs.iter().map(|i| i.tokens.len()).sum();
+        let mut inputs = Vec::with_capacity(seqs.len());
+        let mut copies = Vec::new();
+        for (i, s) in seqs.iter().enumerate() {
+            let start = match s.after {
+                None => 0,
+                Some(j) => {
+                    let parent = seqs.get(j).filter(|p| j < i && p.after.is_none());
+                    let parent = parent.ok_or_else(|| {
+                        BackendError::InvalidInput(format!(
+                            "recorded sequence {i} continues {j}, which is not an earlier \
+                             sequence starting at position 0"
+                        ))
+                    })?;
+                    if !parent.tokens.is_empty() {
+                        copies.push(PrefixCopy {
+                            from: SeqId(j as u64),
+                            to: SeqId(i as u64),
+                            len: parent.tokens.len(),
+                        });
+                    }
+                    parent.tokens.len()
+                }
+            };
+            if !s.tokens.is_empty() {
+                inputs.push(StepInput {
+                    seq: SeqId(i as u64),
+                    tokens: s.tokens,
+                    start,
+                });
+            }
+        }
+        let tokens: usize = inputs.iter().map(|i| i.start + i.tokens.len()).sum();
         let mut cache = self.new_cache(&CacheConfig {
             max_seqs: inputs.len().max(1),
             max_cached_tokens: tokens.max(1),
         })?;
+        // A continuation without tokens of its own needs no copy.
+        copies.retain(|c| inputs.iter().any(|i| i.seq == c.to));
+        for c in &copies {
+            cache.blocks.start_at(c.to, c.len)?;
+        }
         checked_step(
             &mut cache,
             self.cache_shape(),
             self.vocab_size(),
             &inputs,
-            |cache| self.run(cache, &inputs, stream_in, rec),
+            |cache| self.run(cache, &inputs, &copies, stream_in, rec),
         )
     }
 
@@ -483,7 +555,7 @@ impl CpuDecoder {
             self.cache_shape(),
             self.vocab_size(),
             inputs,
-            |cache| self.run(cache, inputs, None, rec),
+            |cache| self.run(cache, inputs, &[], None, rec),
         )
     }
 

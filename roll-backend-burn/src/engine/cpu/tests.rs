@@ -289,6 +289,30 @@ fn bad_inputs_are_rejected_and_leave_the_cache_untouched() {
     );
 }
 
+/// A sequence made to start at a position ([`PagedBlocks::start_at`]) holds fresh blocks for
+/// it, and is refused when it exists already or when the cache has no room.
+#[test]
+fn a_sequence_started_at_a_position_holds_its_blocks_or_is_refused() {
+    let dec = CpuDecoder::from_model(&tiny("tiny-qwen2")).unwrap();
+    // 40 tokens + 2 sequences = 5 blocks.
+    let mut cache = dec.new_cache(&cache_config(2, 40)).unwrap();
+    let blocks = &mut cache.blocks;
+    blocks.start_at(SeqId(1), 17).unwrap();
+    assert_eq!(blocks.cached_len(SeqId(1)), 17);
+    assert_eq!(blocks.table(SeqId(1)).map(<[u32]>::len), Some(2));
+    assert_eq!(blocks.free_blocks(), 3);
+    let e = blocks.start_at(SeqId(1), 3).unwrap_err().to_string();
+    assert!(e.contains("SeqId(1)") && e.contains("already"), "{e}");
+    let e = blocks.start_at(SeqId(2), 49).unwrap_err().to_string();
+    assert!(e.contains("cache full") && e.contains("4 blocks"), "{e}");
+    blocks.start_at(SeqId(2), 48).unwrap();
+    let e = blocks.start_at(SeqId(3), 1).unwrap_err().to_string();
+    assert!(e.contains("max_seqs"), "{e}");
+    assert_eq!(blocks.free_blocks(), 0);
+    blocks.release(SeqId(1));
+    assert_eq!(blocks.free_blocks(), 2);
+}
+
 #[test]
 fn caches_fit_models_of_the_same_shape_only() {
     let base = CpuDecoder::from_model(&tiny("tiny-qwen2")).unwrap();

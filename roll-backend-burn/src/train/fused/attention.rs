@@ -5,8 +5,10 @@
 //! own bounds (varlen packing: no padding, no mask tensor). Per sequence and query head `h`
 //! (key/value head `h / rep`): `S = q·kᵀ·s`, `P = softmax(S)` over `t ≤ i`, `O = P·v`. Backward:
 //! `dP = dO·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = s·dS·k`, `dk = s·dSᵀ·q`, `dv = Pᵀ·dO`.
-//! One task per (sequence, key/value head) owns its `dk`/`dv` rows, so tasks never share output.
+//! One task per (sequence, key/value head) owns its `dk`/`dv` rows, so tasks never share output;
+//! a sequence continuing another's prompt adds its share of the prompt's after all have run.
 
+use super::model::PackedSeq;
 use crate::engine::cpu::vectorized;
 use rayon::prelude::*;
 
@@ -113,11 +115,16 @@ fn dots(a: &[f32], b_t: &[f32], stride: usize, out: &mut [f32]) {
 
 /// The gradient of `q|k|v` (`[tokens, (heads + 2·kv_heads)·d]`, the layout of `qkv`, the
 /// values attention read) from `dO` (`[tokens, heads·d]`).
+///
+/// A sequence continuing another ([`PackedSeq::after`]) attends to that one's rows first: its
+/// keys `0..offset` are those rows, then its own. Its task computes the gradient of every key it
+/// reads; what falls on the continued sequence's rows is added there after every task's own rows
+/// are in place, in task order (a fixed order: the same bits on every run).
 pub(crate) fn backward(
     qkv: &[f32],
     probs: &[Probs],
     d_out: &[f32],
-    seqs: &[(usize, usize)],
+    seqs: &[PackedSeq],
     shape: Heads,
 ) -> Vec<f32> {
     let Heads {
@@ -128,6 +135,11 @@ pub(crate) fn backward(
     let (rep, scale) = (shape.rep(), shape.scale());
     let width = (heads + 2 * kv_heads) * d;
     let (k_at, v_at) = (heads * d, (heads + kv_heads) * d);
+    // Per sequence, where its keys before its own rows lie: `(first row, count)`.
+    let prefix = |s: usize| -> (usize, usize) {
+        let seq = seqs[s];
+        seq.after.map_or((0, 0), |p| (seqs[p].start, seq.offset))
+    };
     let tasks = tasks(seqs.len(), kv_heads);
     let parts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
@@ -135,16 +147,25 @@ pub(crate) fn backward(
             // Compiled with the widest vector instructions the CPU has (element-wise loops and
             // sums in a fixed order: the same bits on every CPU).
             vectorized!(|| {
-                let (start, len) = seqs[s];
+                let PackedSeq { start, len, .. } = seqs[s];
+                let (before_at, before) = prefix(s);
+                let keys = before + len;
+                let key_row = |t: usize| {
+                    if t < before {
+                        before_at + t
+                    } else {
+                        start + t - before
+                    }
+                };
                 let mut dq = vec![0.0f32; rep * len * d];
-                let mut dk = vec![0.0f32; len * d];
-                let mut dv = vec![0.0f32; len * d];
-                let krow = |t: usize| &qkv[(start + t) * width + k_at + j * d..][..d];
+                let mut dk = vec![0.0f32; keys * d];
+                let mut dv = vec![0.0f32; keys * d];
+                let krow = |t: usize| &qkv[key_row(t) * width + k_at + j * d..][..d];
                 // The values transposed, `[d, stride]`, for `dP = dO·vᵀ` eight positions at a time.
-                let stride = len.next_multiple_of(DOT_COLUMNS);
+                let stride = keys.next_multiple_of(DOT_COLUMNS);
                 let mut v_t = vec![0.0f32; d * stride];
-                for t in 0..len {
-                    let v = &qkv[(start + t) * width + v_at + j * d..][..d];
+                for t in 0..keys {
+                    let v = &qkv[key_row(t) * width + v_at + j * d..][..d];
                     for (e, &x) in v.iter().enumerate() {
                         v_t[e * stride + t] = x;
                     }
@@ -153,16 +174,18 @@ pub(crate) fn backward(
                 for r in 0..rep {
                     let h = j * rep + r;
                     for i in 0..len {
+                        // The query's position: the keys it reads are `0..=at`.
+                        let at = before + i;
                         let qi = &qkv[(start + i) * width + h * d..][..d];
                         let doi = &d_out[(start + i) * heads * d + h * d..][..d];
-                        let p = &probs[start + i][h * (i + 1)..][..=i];
-                        dots(doi, &v_t, stride, &mut ds[..=i]);
+                        let p = &probs[start + i][h * (at + 1)..][..=at];
+                        dots(doi, &v_t, stride, &mut ds[..=at]);
                         let mut sum = 0.0f32;
                         for (&x, &pt) in ds.iter().zip(p) {
                             sum += x * pt;
                         }
                         let dqi = &mut dq[(r * len + i) * d..][..d];
-                        for t in 0..=i {
+                        for t in 0..=at {
                             let g = p[t] * (ds[t] - sum) * scale;
                             for (a, &b) in dqi.iter_mut().zip(krow(t)) {
                                 *a += g * b;
@@ -181,16 +204,29 @@ pub(crate) fn backward(
         })
         .collect();
     let mut dqkv = crate::engine::cpu::scratch::zeroed(qkv.len());
-    for (&(s, j), (tq, tk, tv)) in tasks.iter().zip(parts) {
-        let (start, len) = seqs[s];
+    for (&(s, j), (tq, tk, tv)) in tasks.iter().zip(&parts) {
+        let PackedSeq { start, len, .. } = seqs[s];
+        let before = prefix(s).1;
         for i in 0..len {
             let row = &mut dqkv[(start + i) * width..][..width];
             for r in 0..rep {
                 let h = j * rep + r;
                 row[h * d..][..d].copy_from_slice(&tq[(r * len + i) * d..][..d]);
             }
-            row[k_at + j * d..][..d].copy_from_slice(&tk[i * d..][..d]);
-            row[v_at + j * d..][..d].copy_from_slice(&tv[i * d..][..d]);
+            row[k_at + j * d..][..d].copy_from_slice(&tk[(before + i) * d..][..d]);
+            row[v_at + j * d..][..d].copy_from_slice(&tv[(before + i) * d..][..d]);
+        }
+    }
+    for (&(s, j), (_, tk, tv)) in tasks.iter().zip(&parts) {
+        let (before_at, before) = prefix(s);
+        for t in 0..before {
+            let row = &mut dqkv[(before_at + t) * width..][..width];
+            for (a, &b) in row[k_at + j * d..][..d].iter_mut().zip(&tk[t * d..][..d]) {
+                *a += b;
+            }
+            for (a, &b) in row[v_at + j * d..][..d].iter_mut().zip(&tv[t * d..][..d]) {
+                *a += b;
+            }
         }
     }
     dqkv
@@ -199,7 +235,20 @@ pub(crate) fn backward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::fused::model::Packed;
     use crate::train::fused::testing::{check_gradient, random};
+
+    /// The packed rows sequence `s` attends to, in key order: those of the sequence it
+    /// continues, then its own.
+    fn key_rows(seqs: &[PackedSeq], s: usize) -> Vec<usize> {
+        let seq = seqs[s];
+        let before = seq.after.map(|p| seqs[p].start..seqs[p].start + seq.offset);
+        before
+            .into_iter()
+            .flatten()
+            .chain(seq.start..seq.start + seq.len)
+            .collect()
+    }
 
     /// Textbook causal attention over packed sequences: the output `[tokens, heads·d]` and each
     /// token's probabilities in the decoder's layout.
@@ -207,7 +256,7 @@ mod tests {
         q: &[f32],
         k: &[f32],
         v: &[f32],
-        seqs: &[(usize, usize)],
+        seqs: &[PackedSeq],
         shape: Heads,
     ) -> (Vec<f32>, Vec<Probs>) {
         let Heads {
@@ -216,16 +265,19 @@ mod tests {
             dim: d,
         } = shape;
         let mut out = vec![0.0f32; q.len()];
-        let mut probs = Vec::new();
-        for &(start, len) in seqs {
-            for i in 0..len {
-                let mut token_probs = Vec::with_capacity(heads * (i + 1));
+        let mut probs = vec![Vec::new(); q.len() / (heads * d)];
+        for (s, seq) in seqs.iter().enumerate() {
+            let rows = key_rows(seqs, s);
+            let before = rows.len() - seq.len;
+            for i in 0..seq.len {
+                let (token, at) = (seq.start + i, before + i);
+                let mut token_probs = Vec::with_capacity(heads * (at + 1));
                 for h in 0..heads {
                     let j = h / shape.rep();
-                    let qi = &q[(start + i) * heads * d + h * d..][..d];
+                    let qi = &q[token * heads * d + h * d..][..d];
                     let row =
-                        |m: &[f32], t: usize| m[(start + t) * kv_heads * d + j * d..][..d].to_vec();
-                    let s: Vec<f32> = (0..=i)
+                        |m: &[f32], t: usize| m[rows[t] * kv_heads * d + j * d..][..d].to_vec();
+                    let s: Vec<f32> = (0..=at)
                         .map(|t| dot(qi, &row(k, t)) * shape.scale())
                         .collect();
                     let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -234,7 +286,7 @@ mod tests {
                     for (t, e) in e.iter().enumerate() {
                         let p = e / z;
                         token_probs.push(p);
-                        for (o, vv) in out[(start + i) * heads * d + h * d..][..d]
+                        for (o, vv) in out[token * heads * d + h * d..][..d]
                             .iter_mut()
                             .zip(row(v, t))
                         {
@@ -242,21 +294,22 @@ mod tests {
                         }
                     }
                 }
-                probs.push(token_probs);
+                probs[token] = token_probs;
             }
         }
         (out, probs)
     }
 
-    /// The backward against finite differences of `Σ w ⊙ O` for sequences `seqs` packed end to
-    /// end (4 query heads on 2 key/value heads of width 4).
-    fn check_backward(seqs: &[(usize, usize)]) {
+    /// The backward against finite differences of `Σ w ⊙ O` for the sequences of `packed` (4
+    /// query heads on 2 key/value heads of width 4).
+    fn check_backward(packed: &Packed) {
+        let seqs = &packed.seqs;
         let shape = Heads {
             heads: 4,
             kv_heads: 2,
             dim: 4,
         };
-        let n: usize = seqs.iter().map(|s| s.1).sum();
+        let n = packed.tokens.len();
         let q = random(n * 16, 9);
         let k = random(n * 8, 10);
         let v = random(n * 8, 11);
@@ -319,15 +372,40 @@ mod tests {
         }
     }
 
+    /// Sequences of `lens` tokens packed end to end.
+    fn packed(lens: &[usize]) -> Packed {
+        let mut p = Packed::default();
+        for &len in lens {
+            p.push(&vec![0; len], 1);
+        }
+        p
+    }
+
     #[test]
     fn backward_matches_finite_differences_on_two_packed_sequences() {
-        check_backward(&[(0, 3), (3, 2)]);
+        check_backward(&packed(&[3, 2]));
     }
 
     /// Longer sequences: the probabilities of a row reach past a vector's width, and a key's
     /// gradient gathers many queries.
     #[test]
     fn backward_matches_finite_differences_on_longer_sequences() {
-        check_backward(&[(0, 23), (23, 17)]);
+        check_backward(&packed(&[23, 17]));
+    }
+
+    /// Prompts shared by continuations (a GRPO group's layout): the prompt's keys gather the
+    /// gradients of its own queries and of every continuation's, which reach past a vector's
+    /// width; a sequence continuing nothing sits between them.
+    #[test]
+    fn backward_matches_finite_differences_with_shared_prompts() {
+        let mut p = packed(&[5]);
+        p.push_after(0, &[0; 3], 1).unwrap();
+        p.push(&[0; 4], 1);
+        p.push_after(0, &[0; 9], 1).unwrap();
+        let long = p.push(&[0; 11], 1);
+        p.push_after(long, &[0; 2], 1).unwrap();
+        assert_eq!(p.push_after(1, &[0; 2], 1), None, "one level deep");
+        assert_eq!(p.seqs[5].offset, 11);
+        check_backward(&p);
     }
 }

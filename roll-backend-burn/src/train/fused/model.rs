@@ -11,7 +11,7 @@ use super::rope;
 use super::swiglu;
 use super::weights::{Projection, Weights};
 use crate::engine::cpu::matrix::transpose;
-use crate::engine::cpu::{AttentionBlock, MlpBlock, Recorder};
+use crate::engine::cpu::{AttentionBlock, MlpBlock, RecordedSeq, Recorder};
 use crate::engine::cpu::{pool, scratch};
 use crate::{BackendError, Result};
 
@@ -20,9 +20,10 @@ use crate::{BackendError, Result};
 pub(crate) struct Packed {
     /// Every token of every sequence, in order.
     pub tokens: Vec<u32>,
-    /// `(start, len)` of each sequence in `tokens`.
-    pub seqs: Vec<(usize, usize)>,
-    /// Each token's position within its sequence.
+    /// Where each sequence lies in `tokens`, and which one it continues.
+    pub seqs: Vec<PackedSeq>,
+    /// Each token's position within its sequence (a continuation's counting the tokens it
+    /// continues).
     pub positions: Vec<usize>,
     /// Indices into `tokens` of the positions that predict a scored token.
     pub rows: Vec<usize>,
@@ -30,18 +31,67 @@ pub(crate) struct Packed {
     pub targets: Vec<u32>,
 }
 
+/// One sequence of a [`Packed`] micro-batch: `tokens[start..start + len]`, after the tokens of
+/// the sequence it continues, if any.
+///
+/// A continuation lets sequences that share a prompt (a GRPO group's samples) compute it once:
+/// the prompt is a sequence of its own and each sample continues it. Attention reads the
+/// prompt's rows as the continuation's first `offset` keys; the backward sums what every
+/// continuation's queries give those keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PackedSeq {
+    /// Index of its first token in `tokens`.
+    pub start: usize,
+    /// Its tokens.
+    pub len: usize,
+    /// The sequence it continues (one that continues none).
+    pub after: Option<usize>,
+    /// Position of its first token: the length of the sequence it continues, or 0.
+    pub offset: usize,
+}
+
 impl Packed {
     /// Appends a sequence; scores its tokens from `first_scored` on (each predicted by the one
-    /// before it), so `first_scored ≥ 1`.
-    pub(crate) fn push(&mut self, ids: &[u32], first_scored: usize) {
+    /// before it), so `first_scored ≥ 1`. Returns its index.
+    pub(crate) fn push(&mut self, ids: &[u32], first_scored: usize) -> usize {
+        self.push_seq(ids, first_scored, None, 0)
+    }
+
+    /// Appends a sequence continuing sequence `prefix` (which must continue none: continuations
+    /// are one level deep, so attention reads at most two runs of rows); scores its tokens as
+    /// [`Self::push`] does. Returns its index, or `None` (and appends nothing) if `prefix` is
+    /// not such a sequence.
+    pub(crate) fn push_after(
+        &mut self,
+        prefix: usize,
+        ids: &[u32],
+        first_scored: usize,
+    ) -> Option<usize> {
+        let parent = *self.seqs.get(prefix).filter(|p| p.after.is_none())?;
+        Some(self.push_seq(ids, first_scored, Some(prefix), parent.len))
+    }
+
+    fn push_seq(
+        &mut self,
+        ids: &[u32],
+        first_scored: usize,
+        after: Option<usize>,
+        offset: usize,
+    ) -> usize {
         let start = self.tokens.len();
-        self.seqs.push((start, ids.len()));
+        self.seqs.push(PackedSeq {
+            start,
+            len: ids.len(),
+            after,
+            offset,
+        });
         self.tokens.extend_from_slice(ids);
-        self.positions.extend(0..ids.len());
+        self.positions.extend(offset..offset + ids.len());
         for (t, &id) in ids.iter().enumerate().skip(first_scored.max(1)) {
             self.rows.push(start + t - 1);
             self.targets.push(id);
         }
+        self.seqs.len() - 1
     }
 }
 
@@ -225,10 +275,13 @@ fn forward_here(
     outputs: Outputs,
 ) -> Result<Tape> {
     let (n, h) = (p.tokens.len(), w.hidden);
-    let seqs: Vec<&[u32]> = p
+    let seqs: Vec<RecordedSeq<'_>> = p
         .seqs
         .iter()
-        .map(|&(start, len)| &p.tokens[start..start + len])
+        .map(|s| RecordedSeq {
+            tokens: &p.tokens[s.start..s.start + s.len],
+            after: s.after,
+        })
         .collect();
     let mut keeper = Keeper {
         w,
@@ -247,8 +300,8 @@ fn forward_here(
             w.layers.len()
         )));
     }
-    let longest = p.seqs.iter().map(|s| s.1).max().unwrap_or(0);
-    let (cos, sin) = rope::tables(longest, &w.inv_freq);
+    let positions = p.positions.iter().max().map_or(0, |&last| last + 1);
+    let (cos, sin) = rope::tables(positions, &w.inv_freq);
     let (logprobs, entropy) = match outputs {
         Outputs::LogProbs => w
             .decoder
@@ -589,4 +642,85 @@ fn head_backward(
         (_, None) => {}
     }
     dh_rows
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::engine::test_support::{ids, models_under_test};
+    use crate::train::fused::{extract, pack};
+    use roll_core::{SampleId, TrainSequence};
+
+    fn sequence(prompt: &[u32], response: Vec<u32>) -> TrainSequence {
+        let n = response.len();
+        TrainSequence {
+            sample: SampleId(0),
+            prompt_ids: prompt.to_vec(),
+            response_ids: response,
+            loss_mask: vec![true; n],
+            old_logprobs: vec![0.0; n],
+            rollout_logprobs: vec![0.0; n],
+            ref_logprobs: None,
+            advantages: vec![0.0; n],
+            returns: None,
+            old_values: None,
+            weight: 1.0,
+            score: 0.0,
+        }
+    }
+
+    /// GRPO-like groups: prompts of 5, 16 (one whole cache block), 17 and 35 tokens, each shared
+    /// by three responses of different lengths, interleaved, beside prompts of one token (too
+    /// short to share) and a prompt no other sequence has.
+    fn groups(vocab: usize) -> Vec<TrainSequence> {
+        let prompts: Vec<Vec<u32>> = [5, 16, 17, 35, 1]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| ids(n, vocab, 10 + i as u64))
+            .collect();
+        let mut seqs = Vec::new();
+        for r in 0..3 {
+            for (i, p) in prompts.iter().enumerate() {
+                seqs.push(sequence(p, ids(1 + (i + 2 * r) % 6, vocab, 40 + r as u64)));
+            }
+        }
+        seqs.push(sequence(&ids(9, vocab, 99), ids(4, vocab, 98)));
+        seqs
+    }
+
+    /// A forward over sequences that continue shared prompts gives the log-probs and entropies of
+    /// the same sequences packed whole, bit for bit — the bits the engine samples with — on
+    /// fewer tokens.
+    #[test]
+    fn shared_prompts_keep_the_bits_of_whole_sequences() {
+        for (name, model, _) in models_under_test() {
+            let w = extract(&model).unwrap();
+            let seqs = groups(model.vocab_size());
+            let refs: Vec<&TrainSequence> = seqs.iter().collect();
+            let shared = pack(&refs);
+            let mut whole = Packed::default();
+            for s in &seqs {
+                whole.push(
+                    &[s.prompt_ids.clone(), s.response_ids.clone()].concat(),
+                    s.prompt_ids.len(),
+                );
+            }
+            // Each prompt of two tokens or more is computed once, all but its last token.
+            let saved: usize = [5, 16, 17, 35].iter().map(|n| 2 * (n - 1)).sum();
+            assert_eq!(shared.tokens.len(), whole.tokens.len() - saved, "{name}");
+            assert_eq!(shared.targets, whole.targets, "{name}");
+            let a = forward(&w, &shared, None, Outputs::LogProbs).unwrap();
+            let b = forward(&w, &whole, None, Outputs::LogProbs).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a.logprobs), bits(&b.logprobs), "{name}: log-probs");
+            assert_eq!(bits(&a.entropy), bits(&b.entropy), "{name}: entropies");
+            assert_eq!(
+                bits(&a.hidden_rows),
+                bits(&b.hidden_rows),
+                "{name}: hidden rows"
+            );
+        }
+    }
 }
