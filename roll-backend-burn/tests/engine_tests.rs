@@ -617,3 +617,135 @@ fn multi_turn_prompts_reuse_their_cached_prefix_bit_for_bit() {
         assert_same_play(kind, &[vec![g]], &[vec![cold]], "after a sync");
     }
 }
+
+/// Prompts admitted in one step that open with the same tokens — the samples of one prompt, as
+/// GRPO asks for them, and prompts sharing a system prompt — compute the shared tokens once on
+/// the CPU decoder: each continues the first one's keys and values, and samples exactly the
+/// tokens and log-probs it samples alone. The other decoders compute every prompt whole.
+#[test]
+fn prompts_admitted_together_compute_their_shared_opening_once_bit_for_bit() {
+    let (model, device) = sft();
+    let group: Vec<u32> = (20..29).collect();
+    let mut prompts = vec![group.clone(); 4];
+    prompts.push([&group[..5], &[60, 61]].concat());
+    prompts.push([&group[..5], &[70]].concat());
+    prompts.push(vec![90, 91, 92]);
+    let params = |i: usize| sampled(40, 300 + i as u64);
+    let needs: Vec<usize> = prompts.iter().map(|p| p.len() + 40).collect();
+    let total: usize = needs.iter().sum();
+    let smallest = needs.iter().copied().min().unwrap();
+    // The first group sample computes the 9 tokens; the three others continue its first 8, the
+    // next two prompts its first 5.
+    let shared = 3 * 8 + 2 * 5;
+    for kind in decoders() {
+        let alone: Vec<_> = {
+            let e = engine(kind, &model, &device, EngineConfig::default());
+            prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| run(&e, p, params(i)))
+                .collect()
+        };
+        // Room for every prompt at once, or for a blocker that leaves none: the prompts queue
+        // behind it and are admitted together when it is aborted.
+        let config = EngineConfig {
+            max_cached_tokens: total,
+            ..EngineConfig::default()
+        };
+        let e = engine(kind, &model, &device, config);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let blocker_params = sampled((total - smallest - 1) as u32, 9);
+            let mut blocker = e
+                .submit(GenerationRequest::new(vec![5, 6], blocker_params))
+                .unwrap();
+            assert!(matches!(
+                blocker.next_event().await,
+                Some(GenerationEvent::Token(_))
+            ));
+            let handles: Vec<_> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    e.submit(GenerationRequest::new(p.clone(), params(i)))
+                        .unwrap()
+                })
+                .collect();
+            blocker.abort();
+            let cut = blocker.finish().await.unwrap();
+            assert_eq!(cut.finish_reason, FinishReason::Abort, "{kind:?}");
+            for (i, handle) in handles.into_iter().enumerate() {
+                let g = handle.finish().await.unwrap();
+                assert_eq!(g.token_ids, alone[i].token_ids, "{kind:?} request {i}");
+                assert_eq!(g.logprobs, alone[i].logprobs, "{kind:?} request {i}");
+            }
+        });
+        let stats = e.stats();
+        let want = if kind == DecoderKind::Cpu { shared } else { 0 };
+        assert_eq!(stats.reused_prompt_tokens, want as u64, "{kind:?}");
+        let prompt_tokens: usize = prompts.iter().map(Vec::len).sum::<usize>() + 2;
+        assert_eq!(
+            stats.prefill_tokens,
+            (prompt_tokens - want) as u64,
+            "{kind:?}: shared tokens are not computed"
+        );
+    }
+}
+
+/// Samples of one prompt that arrive while the first is already decoding start from a copy of
+/// its cached prompt on the CPU decoder (all but their last prompt token), with exactly the
+/// tokens and log-probs each samples alone.
+#[test]
+fn later_samples_of_a_prompt_copy_its_cached_prefix_bit_for_bit() {
+    let (model, device) = sft();
+    let prompt: Vec<u32> = (30..41).collect();
+    let params = |i: usize| sampled(if i == 0 { 200 } else { 12 }, 500 + i as u64);
+    for kind in decoders() {
+        let alone: Vec<_> = {
+            let e = engine(kind, &model, &device, EngineConfig::default());
+            (0..4).map(|i| run(&e, &prompt, params(i))).collect()
+        };
+        let e = engine(kind, &model, &device, EngineConfig::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut first = e
+                .submit(GenerationRequest::new(prompt.clone(), params(0)))
+                .unwrap();
+            let mut streamed = Vec::new();
+            if let Some(GenerationEvent::Token(t)) = first.next_event().await {
+                streamed.push(t);
+            }
+            assert_eq!(streamed.len(), 1, "{kind:?}: the first sample decodes");
+            let later: Vec<_> = (1..4)
+                .map(|i| {
+                    e.submit(GenerationRequest::new(prompt.clone(), params(i)))
+                        .unwrap()
+                })
+                .collect();
+            for (i, handle) in later.into_iter().enumerate() {
+                let g = handle.finish().await.unwrap();
+                assert_eq!(
+                    g.token_ids,
+                    alone[i + 1].token_ids,
+                    "{kind:?} sample {}",
+                    i + 1
+                );
+                assert_eq!(
+                    g.logprobs,
+                    alone[i + 1].logprobs,
+                    "{kind:?} sample {}",
+                    i + 1
+                );
+            }
+            let g = first.finish().await.unwrap();
+            assert_eq!(g.token_ids, alone[0].token_ids, "{kind:?}");
+            assert_eq!(g.logprobs, alone[0].logprobs, "{kind:?}");
+        });
+        let want = if kind == DecoderKind::Cpu { 3 * 10 } else { 0 };
+        assert_eq!(e.stats().reused_prompt_tokens, want, "{kind:?}");
+    }
+}

@@ -31,6 +31,21 @@ pub struct StepInput<'a> {
     pub start: usize,
 }
 
+/// An input of a forward that continues a prompt another input of the same call computes: the
+/// samples of one prompt (a GRPO group), or prompts opening with the same system prompt,
+/// compute the shared part once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Continuation {
+    /// The sequence whose positions `0..len` are cached or computed by its input in the call
+    /// (an input that continues no other).
+    pub from: SeqId,
+    /// A sequence not cached yet, whose input starts at position `len`: its positions `0..len`
+    /// hold `from`'s keys and values.
+    pub to: SeqId,
+    /// Positions `to` takes from `from`.
+    pub len: usize,
+}
+
 /// Size of a cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheConfig {
@@ -92,6 +107,53 @@ pub trait DecodeBackend: Send + Sync + 'static {
     ) -> Result<Vec<Option<Result<SampledToken>>>> {
         let logits = self.forward(cache, inputs)?;
         Ok(pick_rows(&logits, self.vocab_size(), draws))
+    }
+
+    /// Whether this backend runs [`DecodeBackend::forward_sample_continuing`]. The default is
+    /// false: the engine then prefills every prompt whole.
+    fn continues_prompts(&self) -> bool {
+        false
+    }
+
+    /// [`DecodeBackend::forward_sample`] where some inputs continue a prompt that another input
+    /// of the call computes (see [`Continuation`]): each continuation's sequence is created
+    /// holding `len` positions, and reads the keys and values of `from`'s once they are
+    /// written. Batch invariance extends to it: a continuation's logits are the bits its whole
+    /// prompt would give.
+    ///
+    /// # Errors
+    /// As [`DecodeBackend::forward`], and [`BackendError::InvalidInput`](crate::BackendError::InvalidInput)
+    /// for a continuation that does not match its inputs; the default, for a backend that does
+    /// not continue prompts, is [`BackendError::UnsupportedByDecoder`](crate::BackendError::UnsupportedByDecoder).
+    fn forward_sample_continuing(
+        &self,
+        cache: &mut Self::Cache,
+        inputs: &[StepInput<'_>],
+        continuations: &[Continuation],
+        draws: &[Option<Draw>],
+    ) -> Result<Vec<Option<Result<SampledToken>>>> {
+        if continuations.is_empty() {
+            return self.forward_sample(cache, inputs, draws);
+        }
+        Err(crate::BackendError::UnsupportedByDecoder {
+            what: "inputs continuing another input's prompt".into(),
+        })
+    }
+
+    /// Makes `to`, a sequence not cached yet, hold the keys and values of `from`'s first `len`
+    /// cached positions, so that its first input starts at `len`: a prompt opening with tokens
+    /// that a running sequence has cached skips them. Supported where
+    /// [`DecodeBackend::continues_prompts`] is.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`](crate::BackendError::InvalidInput) if `from` holds fewer
+    /// than `len` positions, `to` is cached already, or the cache has no room; the default is
+    /// [`BackendError::UnsupportedByDecoder`](crate::BackendError::UnsupportedByDecoder).
+    fn fork(&self, cache: &mut Self::Cache, from: SeqId, to: SeqId, len: usize) -> Result<()> {
+        let _ = (cache, from, to, len);
+        Err(crate::BackendError::UnsupportedByDecoder {
+            what: "copying a sequence's cached prefix".into(),
+        })
     }
 
     /// The ranks whose engines this backend's forward exchanges with — an expert-parallel

@@ -37,9 +37,13 @@ pub struct EngineConfig {
     pub on_weight_sync: InFlightPolicy,
     /// Version of the weights the engine starts with (a resumed run continues its count).
     pub start_version: u64,
-    /// Whether finished sequences' key/value entries are kept for later requests that extend
-    /// them (multi-turn conversations): see [`prefix`](super::prefix). It changes no result,
-    /// only how many prompt tokens are computed; off, every request prefills its whole prompt.
+    /// Whether prompts reuse the keys and values other sequences hold for their opening tokens:
+    /// finished sequences' entries are kept for later requests that extend them (multi-turn
+    /// conversations), and, on a decoder that can ([`DecodeBackend::continues_prompts`](super::DecodeBackend::continues_prompts):
+    /// the CPU decoder), a prompt opening with tokens a running sequence has cached or computes
+    /// in the same step copies them (the samples of one prompt, a common system prompt). See
+    /// [`prefix`](super::prefix). It changes no result, only how many prompt tokens are
+    /// computed; off, every request prefills its whole prompt.
     pub prefix_cache: bool,
 }
 

@@ -15,7 +15,7 @@
 //! Where the weights exchange with other ranks' engines ([`DecodeBackend::peers`]), the ranks
 //! agree before each step and step together: see [`lockstep`](super::lockstep).
 
-use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
+use super::backend::{CacheConfig, Continuation, DecodeBackend, SeqId, StepInput};
 use super::config::{EngineConfig, InFlightPolicy};
 use super::lockstep::{Local, Lockstep};
 use super::prefix::{PrefixMatch, PrefixPark};
@@ -112,6 +112,15 @@ struct Group<B> {
     weights: Arc<B>,
     version: WeightVersion,
     members: Vec<(usize, usize)>,
+}
+
+/// Where a prompt's opening positions come from when another sequence has them: copied from
+/// its cache entry before the step, or from the keys and values it writes in the step.
+enum Share {
+    /// `from`'s first `len` cached positions.
+    Cached { from: usize, len: usize },
+    /// The first `len` positions `from` has cached or computes in this step.
+    Computed { from: usize, len: usize },
 }
 
 /// How a sequence leaves the running batch.
@@ -461,6 +470,76 @@ impl<B: DecodeBackend> EngineLoop<B> {
         }
     }
 
+    /// The longest run of opening tokens that sequence `i`'s prompt (all of it but its last
+    /// token, whose logits it samples from) shares with another sequence on the same weights,
+    /// where that is more than `i` has cached: positions the other has cached ([`Share::Cached`]),
+    /// or computes in this step (`fed`: the tokens each sequence is fed in it, `None` for one
+    /// not fed or continuing another; [`Share::Computed`]). `None` where nothing longer is
+    /// shared, or the weights cannot take positions from another sequence.
+    fn longest_share(&self, i: usize, fed: &[Option<usize>]) -> Option<Share> {
+        let seq = &self.running[i];
+        if seq.cached + 1 >= seq.prompt_len || !seq.weights.continues_prompts() {
+            return None;
+        }
+        let prompt = &seq.tokens[..seq.prompt_len - 1];
+        let (from, len, known) = self
+            .running
+            .iter()
+            .enumerate()
+            .filter(|&(j, r)| j != i && r.version == seq.version)
+            .map(|(j, r)| {
+                let known = r.cached + fed[j].unwrap_or(0);
+                let len = prompt
+                    .iter()
+                    .zip(&r.tokens[..known])
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (j, len, r.cached)
+            })
+            .max_by_key(|&(j, len, _)| (len, std::cmp::Reverse(j)))?;
+        let share = if len <= known {
+            Share::Cached { from, len }
+        } else {
+            Share::Computed { from, len }
+        };
+        (len > seq.cached).then_some(share)
+    }
+
+    /// Gives sequence `i` a copy of the first `len` positions sequence `from` has cached, in
+    /// place of what it had cached (a shorter run); if the copy fails, `i` computes its prompt
+    /// whole.
+    fn copy_cached(&mut self, i: usize, from: usize, len: usize) {
+        let had = self.drop_cached(i);
+        let (to, from) = (self.running[i].id, self.running[from].id);
+        let weights = self.running[i].weights.clone();
+        match weights.fork(&mut self.cache, from, to, len) {
+            Ok(()) => {
+                self.running[i].cached = len;
+                self.count_reused(len.saturating_sub(had) as u64);
+            }
+            Err(e) => tracing::warn!("cannot copy a cached prefix: {e}"),
+        }
+    }
+
+    /// Forgets what sequence `i` has cached (a prefix it will take from another sequence, which
+    /// shares more), returning how many positions that was.
+    fn drop_cached(&mut self, i: usize) -> usize {
+        let seq = &mut self.running[i];
+        let had = std::mem::take(&mut seq.cached);
+        if had > 0 {
+            seq.weights.release(&mut self.cache, seq.id);
+        }
+        had
+    }
+
+    /// Counts `tokens` prompt tokens not computed.
+    fn count_reused(&self, tokens: u64) {
+        self.stats
+            .reused_tokens
+            .fetch_add(tokens, Ordering::Relaxed);
+        metrics::counter!("roll_engine_prompt_tokens_reused_total").increment(tokens);
+    }
+
     /// Evicts parked entries, least recently parked first and never `keep` (the entry the
     /// request will adopt, whose positions become part of its reservation), until a request
     /// reserving `need` tokens fits beside the running requests and the parked entries left, in
@@ -501,13 +580,46 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 self.decode_cursor = i + 1;
             }
         }
-        for (i, seq) in self.running.iter().enumerate() {
-            let pending = seq.tokens.len() - seq.cached;
-            if pending > 1 && budget > 0 {
-                let n = pending.min(budget);
-                plan.push((i, n));
-                budget -= n;
+        // A prompt that opens with tokens another sequence has cached or computes in this step
+        // (the samples of one prompt, a common system prompt) takes them from it instead of
+        // computing them: copied now, or continued in the call (`(continuing, continued,
+        // shared positions)`).
+        let mut fed: Vec<Option<usize>> = vec![None; n];
+        for &(i, k) in &plan {
+            fed[i] = Some(k);
+        }
+        let mut continuations: Vec<(usize, usize, usize)> = Vec::new();
+        for i in 0..n {
+            let pending = self.running[i].tokens.len() - self.running[i].cached;
+            if pending <= 1 || budget == 0 {
+                continue;
             }
+            if self.config.prefix_cache
+                && let Some(share) = self.longest_share(i, &fed)
+            {
+                match share {
+                    Share::Cached { from, len } => self.copy_cached(i, from, len),
+                    Share::Computed { from, len } => {
+                        let had = self.drop_cached(i);
+                        self.count_reused((len - had) as u64);
+                        continuations.push((i, from, len));
+                    }
+                }
+            }
+            let seq = &self.running[i];
+            let start = continuations
+                .last()
+                .filter(|c| c.0 == i)
+                .map_or(seq.cached, |c| c.2);
+            let k = (seq.tokens.len() - start).min(budget);
+            if continuations.last().is_none_or(|c| c.0 != i) {
+                fed[i] = Some(k);
+            }
+            plan.push((i, k));
+            budget -= k;
+        }
+        for &(i, _, len) in &continuations {
+            self.running[i].cached = len;
         }
         let mut prefill = 0u64;
         let mut failed: Vec<(usize, String)> = Vec::new();
@@ -553,7 +665,18 @@ impl<B: DecodeBackend> EngineLoop<B> {
                     }
                 })
                 .collect();
-            match weights.forward_sample(&mut self.cache, &inputs, &draws) {
+            let continuing: Vec<Continuation> = continuations
+                .iter()
+                .filter(|c| members.iter().any(|m| m.0 == c.0))
+                .map(|&(i, head, len)| Continuation {
+                    from: self.running[head].id,
+                    to: self.running[i].id,
+                    len,
+                })
+                .collect();
+            let result =
+                weights.forward_sample_continuing(&mut self.cache, &inputs, &continuing, &draws);
+            match result {
                 Ok(picked) => {
                     for (&(i, n), token) in members.iter().zip(picked) {
                         let seq = &mut self.running[i];

@@ -150,8 +150,9 @@ pub struct EngineStats {
     pub generated_tokens: u64,
     /// Prompt tokens computed so far.
     pub prefill_tokens: u64,
-    /// Prompt tokens not computed because a finished sequence's cache entry held them (prefix
-    /// reuse: [`EngineConfig::prefix_cache`](super::EngineConfig::prefix_cache)).
+    /// Prompt tokens not computed because another sequence's cache entry held them, or another
+    /// sequence computed them in the same step (prefix reuse:
+    /// [`EngineConfig::prefix_cache`](super::EngineConfig::prefix_cache)).
     pub reused_prompt_tokens: u64,
     /// Requests being decoded after the last step.
     pub running: u64,

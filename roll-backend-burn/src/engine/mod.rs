@@ -51,7 +51,7 @@ pub mod sampler;
 #[cfg(test)]
 pub(crate) mod test_support;
 
-pub use backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
+pub use backend::{CacheConfig, Continuation, DecodeBackend, SeqId, StepInput};
 pub use burn_decoder::BurnDecoder;
 pub use config::{EngineConfig, InFlightPolicy};
 pub use cpu::{CpuCache, CpuDecoder};

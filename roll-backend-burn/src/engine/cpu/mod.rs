@@ -92,7 +92,7 @@ mod weights;
 pub use cache::{BLOCK_TOKENS, CpuCache};
 pub(crate) use rope::rope_angles;
 
-use super::backend::{CacheConfig, DecodeBackend, SeqId, StepInput};
+use super::backend::{CacheConfig, Continuation, DecodeBackend, SeqId, StepInput};
 use super::paged::{CacheShape, checked_step};
 use super::sampler::{Draw, SampledToken, pick_rows};
 use crate::models::{CausalLm, check_id};
@@ -162,15 +162,6 @@ pub(crate) struct RecordedSeq<'a> {
     pub tokens: &'a [u32],
     /// The index of the sequence it continues (which continues none itself).
     pub after: Option<usize>,
-}
-
-/// In a [`CpuDecoder::run`], each layer copies the keys and values of `from`'s first `len`
-/// positions to the same positions of `to` once they are written.
-#[derive(Debug, Clone, Copy)]
-struct PrefixCopy {
-    from: SeqId,
-    to: SeqId,
-    len: usize,
 }
 
 /// A dense Qwen2/Qwen3 model's weights laid out for cached decoding on the CPU.
@@ -255,7 +246,7 @@ impl CpuDecoder {
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
-        copies: &[PrefixCopy],
+        copies: &[Continuation],
         stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
@@ -506,7 +497,7 @@ impl CpuDecoder {
                         ))
                     })?;
                     if !parent.tokens.is_empty() {
-                        copies.push(PrefixCopy {
+                        copies.push(Continuation {
                             from: SeqId(j as u64),
                             to: SeqId(i as u64),
                             len: parent.tokens.len(),
@@ -530,38 +521,67 @@ impl CpuDecoder {
         })?;
         // A continuation without tokens of its own needs no copy.
         copies.retain(|c| inputs.iter().any(|i| i.seq == c.to));
-        for c in &copies {
-            cache.blocks.start_at(c.to, c.len)?;
-        }
-        checked_step(
-            &mut cache,
-            self.cache_shape(),
-            self.vocab_size(),
-            &inputs,
-            |cache| self.run(cache, &inputs, &copies, stream_in, rec),
-        )
+        self.step(&mut cache, &inputs, &copies, stream_in, rec)
     }
 
-    /// Checks `inputs` against `cache`, reserves their blocks, runs them (see [`Self::run`]) and
-    /// commits — or rolls the reservation back if the run fails.
+    /// Checks `inputs` against `cache`, creates the sequences `continuations` start (each holding
+    /// the positions it shares), reserves the inputs' blocks, runs them (see [`Self::run`]) and
+    /// commits — or, if anything fails, gives back the reservation and the created sequences.
     fn step<R: Recorder>(
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
+        continuations: &[Continuation],
+        stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
-        checked_step(
-            cache,
-            self.cache_shape(),
-            self.vocab_size(),
-            inputs,
-            |cache| self.run(cache, inputs, &[], None, rec),
-        )
+        let input = |seq: SeqId| inputs.iter().find(|i| i.seq == seq);
+        for c in continuations {
+            let from = input(c.from).is_some_and(|i| i.start + i.tokens.len() >= c.len);
+            let to = input(c.to).is_some_and(|i| i.start == c.len);
+            let chained = continuations.iter().any(|d| d.to == c.from);
+            if c.from == c.to || !from || !to || chained {
+                return Err(BackendError::InvalidInput(format!(
+                    "{c:?}: `from` must be an input reaching position {} that continues no other \
+                     input, and `to` one starting there",
+                    c.len
+                )));
+            }
+        }
+        let mut started = Vec::with_capacity(continuations.len());
+        let mut result = Ok(Vec::new());
+        for c in continuations {
+            result = cache.blocks.start_at(c.to, c.len).map(|()| Vec::new());
+            if result.is_err() {
+                break;
+            }
+            started.push(c.to);
+        }
+        if result.is_ok() {
+            result = checked_step(
+                cache,
+                self.cache_shape(),
+                self.vocab_size(),
+                inputs,
+                |cache| self.run(cache, inputs, continuations, stream_in, rec),
+            );
+        }
+        if result.is_err() {
+            started
+                .into_iter()
+                .for_each(|seq| cache.blocks.release(seq));
+        }
+        result
     }
 
     /// The logits of every input's last token (what [`DecodeBackend::forward`] returns), on the
     /// caller's thread.
-    fn forward_logits(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
+    fn forward_logits(
+        &self,
+        cache: &mut CpuCache,
+        inputs: &[StepInput<'_>],
+        continuations: &[Continuation],
+    ) -> Result<Vec<f32>> {
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
@@ -575,7 +595,7 @@ impl CpuDecoder {
             })
             .collect();
         let n = last.last().map_or(0, |&t| t + 1);
-        let xt = self.step(cache, inputs, &mut ())?;
+        let xt = self.step(cache, inputs, continuations, None, &mut ())?;
         Ok(self
             .w
             .lm_head
@@ -709,7 +729,7 @@ impl CpuDecoder {
                 }
                 offset += p.end - p.start;
             }
-            let xt = self.step(&mut cache, &inputs, &mut ())?;
+            let xt = self.step(&mut cache, &inputs, &[], None, &mut ())?;
             let (logprobs, entropy) =
                 self.logprobs_at(&xt, offset, &at, &targets, request.with_entropy)?;
             for (j, &(i, t)) in dest.iter().enumerate() {
@@ -744,7 +764,9 @@ impl DecodeBackend for CpuDecoder {
     }
 
     fn forward(&self, cache: &mut CpuCache, inputs: &[StepInput<'_>]) -> Result<Vec<f32>> {
-        pool::as_one_job(self.waits_on_peers(), || self.forward_logits(cache, inputs))
+        pool::as_one_job(self.waits_on_peers(), || {
+            self.forward_logits(cache, inputs, &[])
+        })
     }
 
     fn forward_sample(
@@ -753,10 +775,44 @@ impl DecodeBackend for CpuDecoder {
         inputs: &[StepInput<'_>],
         draws: &[Option<Draw>],
     ) -> Result<Vec<Option<Result<SampledToken>>>> {
+        self.forward_sample_continuing(cache, inputs, &[], draws)
+    }
+
+    fn continues_prompts(&self) -> bool {
+        true
+    }
+
+    fn forward_sample_continuing(
+        &self,
+        cache: &mut CpuCache,
+        inputs: &[StepInput<'_>],
+        continuations: &[Continuation],
+        draws: &[Option<Draw>],
+    ) -> Result<Vec<Option<Result<SampledToken>>>> {
         pool::as_one_job(self.waits_on_peers(), || {
-            let logits = self.forward_logits(cache, inputs)?;
+            let logits = self.forward_logits(cache, inputs, continuations)?;
             Ok(pick_rows(&logits, self.vocab_size(), draws))
         })
+    }
+
+    fn fork(&self, cache: &mut CpuCache, from: SeqId, to: SeqId, len: usize) -> Result<()> {
+        let held = cache.blocks.cached_len(from);
+        if held < len {
+            return Err(BackendError::InvalidInput(format!(
+                "cannot copy {len} positions of sequence {from:?}, which holds {held}"
+            )));
+        }
+        cache.blocks.start_at(to, len)?;
+        let (Some(src), Some(dst)) = (cache.blocks.table(from), cache.blocks.table(to)) else {
+            return Err(BackendError::InvalidInput(format!(
+                "sequence {from:?} or {to:?} lost its cache entry"
+            )));
+        };
+        let (src, dst) = (src.to_vec(), dst.to_vec());
+        for layer in 0..self.num_layers() {
+            cache.copy_prefix(layer, &src, &dst, len);
+        }
+        Ok(())
     }
 
     fn release(&self, cache: &mut CpuCache, seq: SeqId) {
