@@ -69,6 +69,32 @@ impl CpuCache {
         })
     }
 
+    /// An empty cache of `shape` for one forward (the training path's), its pools taken from
+    /// the [`scratch`](super::scratch) buffers: a fresh allocation would fault in and zero every
+    /// page again at each micro-batch. Give them back with [`CpuCache::recycle`].
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] if `config` is empty.
+    pub(crate) fn scratch(shape: CacheShape, config: &CacheConfig) -> Result<Self> {
+        let blocks = PagedBlocks::new(config)?;
+        let per_layer = shape.pool_len(&blocks, config)?;
+        let pools = || (0..shape.layers).map(|_| super::scratch::zeroed(per_layer)).collect();
+        Ok(Self {
+            shape,
+            blocks,
+            k: pools(),
+            v: pools(),
+        })
+    }
+
+    /// Gives the pools back to the [`scratch`](super::scratch) buffers.
+    pub(crate) fn recycle(self) {
+        self.k
+            .into_iter()
+            .chain(self.v)
+            .for_each(super::scratch::recycle);
+    }
+
     /// Which blocks each sequence holds.
     pub fn blocks(&self) -> &PagedBlocks {
         &self.blocks

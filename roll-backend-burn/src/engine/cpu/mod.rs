@@ -515,13 +515,18 @@ impl CpuDecoder {
             }
         }
         let tokens: usize = inputs.iter().map(|i| i.start + i.tokens.len()).sum();
-        let mut cache = self.new_cache(&CacheConfig {
-            max_seqs: inputs.len().max(1),
-            max_cached_tokens: tokens.max(1),
-        })?;
+        let mut cache = CpuCache::scratch(
+            self.cache_shape(),
+            &CacheConfig {
+                max_seqs: inputs.len().max(1),
+                max_cached_tokens: tokens.max(1),
+            },
+        )?;
         // A continuation without tokens of its own needs no copy.
         copies.retain(|c| inputs.iter().any(|i| i.seq == c.to));
-        self.step(&mut cache, &inputs, &copies, stream_in, rec)
+        let out = self.step(&mut cache, &inputs, &copies, stream_in, rec);
+        cache.recycle();
+        out
     }
 
     /// Checks `inputs` against `cache`, creates the sequences `continuations` start (each holding
@@ -695,10 +700,13 @@ impl CpuDecoder {
         if max_seqs == 0 {
             return Ok(results);
         }
-        let mut cache = self.new_cache(&CacheConfig {
-            max_seqs,
-            max_cached_tokens: max_cached,
-        })?;
+        let mut cache = CpuCache::scratch(
+            self.cache_shape(),
+            &CacheConfig {
+                max_seqs,
+                max_cached_tokens: max_cached,
+            },
+        )?;
 
         for (k, &i) in todo.iter().enumerate() {
             let n = request.sequences[i].response_ids.len();
@@ -744,6 +752,7 @@ impl CpuDecoder {
                 }
             }
         }
+        cache.recycle();
         Ok(results)
     }
 }
