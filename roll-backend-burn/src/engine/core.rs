@@ -517,7 +517,13 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 self.running[i].cached = len;
                 self.count_reused(len.saturating_sub(had) as u64);
             }
-            Err(e) => tracing::warn!("cannot copy a cached prefix: {e}"),
+            Err(e) => {
+                // It computes its prompt whole, the positions it had included.
+                self.stats
+                    .reused_tokens
+                    .fetch_sub(had as u64, Ordering::Relaxed);
+                tracing::warn!("cannot copy a cached prefix: {e}");
+            }
         }
     }
 

@@ -78,7 +78,11 @@ impl CpuCache {
     pub(crate) fn scratch(shape: CacheShape, config: &CacheConfig) -> Result<Self> {
         let blocks = PagedBlocks::new(config)?;
         let per_layer = shape.pool_len(&blocks, config)?;
-        let pools = || (0..shape.layers).map(|_| super::scratch::zeroed(per_layer)).collect();
+        let pools = || {
+            (0..shape.layers)
+                .map(|_| super::scratch::zeroed(per_layer))
+                .collect()
+        };
         Ok(Self {
             shape,
             blocks,
