@@ -482,7 +482,7 @@ impl<B: DecodeBackend> EngineLoop<B> {
             return None;
         }
         let prompt = &seq.tokens[..seq.prompt_len - 1];
-        let (from, len, known) = self
+        let (from, len, cached) = self
             .running
             .iter()
             .enumerate()
@@ -497,7 +497,7 @@ impl<B: DecodeBackend> EngineLoop<B> {
                 (j, len, r.cached)
             })
             .max_by_key(|&(j, len, _)| (len, std::cmp::Reverse(j)))?;
-        let share = if len <= known {
+        let share = if len <= cached {
             Share::Cached { from, len }
         } else {
             Share::Computed { from, len }
@@ -600,26 +600,29 @@ impl<B: DecodeBackend> EngineLoop<B> {
             if pending <= 1 || budget == 0 {
                 continue;
             }
-            if self.config.prefix_cache
-                && let Some(share) = self.longest_share(i, &fed)
-            {
-                match share {
-                    Share::Cached { from, len } => self.copy_cached(i, from, len),
-                    Share::Computed { from, len } => {
-                        let had = self.drop_cached(i);
-                        self.count_reused((len - had) as u64);
-                        continuations.push((i, from, len));
-                    }
+            let share = if self.config.prefix_cache {
+                self.longest_share(i, &fed)
+            } else {
+                None
+            };
+            let continued = match share {
+                Some(Share::Cached { from, len }) => {
+                    self.copy_cached(i, from, len);
+                    None
                 }
-            }
+                Some(Share::Computed { from, len }) => {
+                    let had = self.drop_cached(i);
+                    self.count_reused((len - had) as u64);
+                    Some((from, len))
+                }
+                None => None,
+            };
             let seq = &self.running[i];
-            let start = continuations
-                .last()
-                .filter(|c| c.0 == i)
-                .map_or(seq.cached, |c| c.2);
+            let start = continued.map_or(seq.cached, |(_, len)| len);
             let k = (seq.tokens.len() - start).min(budget);
-            if continuations.last().is_none_or(|c| c.0 != i) {
-                fed[i] = Some(k);
+            match continued {
+                Some((from, len)) => continuations.push((i, from, len)),
+                None => fed[i] = Some(k),
             }
             plan.push((i, k));
             budget -= k;
