@@ -37,6 +37,31 @@ pub struct TrainSequence {
 }
 
 impl TrainSequence {
+    /// A sequence for supervised training (SFT): trained where `loss_mask` says, with no
+    /// advantage, no log-probs and no values, weight 1.
+    pub fn supervised(
+        sample: SampleId,
+        prompt_ids: Vec<u32>,
+        response_ids: Vec<u32>,
+        loss_mask: Vec<bool>,
+    ) -> Self {
+        let n = response_ids.len();
+        Self {
+            sample,
+            prompt_ids,
+            response_ids,
+            loss_mask,
+            old_logprobs: vec![0.0; n],
+            rollout_logprobs: vec![0.0; n],
+            ref_logprobs: None,
+            advantages: vec![0.0; n],
+            returns: None,
+            old_values: None,
+            weight: 1.0,
+            score: 0.0,
+        }
+    }
+
     fn check(&self) -> Result<()> {
         let n = self.response_ids.len();
         let check = |what: &str, len: usize| {

@@ -510,21 +510,12 @@ fn encode_conversation(
 }
 
 fn sequence(index: usize, e: &Encoded) -> TrainSequence {
-    let n = e.sequence.response_ids.len();
-    TrainSequence {
-        sample: SampleId(index as u64),
-        prompt_ids: e.sequence.prompt_ids.clone(),
-        response_ids: e.sequence.response_ids.clone(),
-        loss_mask: e.loss_mask.clone(),
-        old_logprobs: vec![0.0; n],
-        rollout_logprobs: vec![0.0; n],
-        ref_logprobs: None,
-        advantages: vec![0.0; n],
-        returns: None,
-        old_values: None,
-        weight: 1.0,
-        score: 0.0,
-    }
+    TrainSequence::supervised(
+        SampleId(index as u64),
+        e.sequence.prompt_ids.clone(),
+        e.sequence.response_ids.clone(),
+        e.loss_mask.clone(),
+    )
 }
 
 #[cfg(all(test, feature = "testing"))]

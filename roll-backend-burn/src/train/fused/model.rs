@@ -654,21 +654,8 @@ mod tests {
     use roll_core::{SampleId, TrainSequence};
 
     fn sequence(prompt: &[u32], response: Vec<u32>) -> TrainSequence {
-        let n = response.len();
-        TrainSequence {
-            sample: SampleId(0),
-            prompt_ids: prompt.to_vec(),
-            response_ids: response,
-            loss_mask: vec![true; n],
-            old_logprobs: vec![0.0; n],
-            rollout_logprobs: vec![0.0; n],
-            ref_logprobs: None,
-            advantages: vec![0.0; n],
-            returns: None,
-            old_values: None,
-            weight: 1.0,
-            score: 0.0,
-        }
+        let mask = vec![true; response.len()];
+        TrainSequence::supervised(SampleId(0), prompt.to_vec(), response, mask)
     }
 
     /// GRPO-like groups: prompts of 5, 16 (one whole cache block), 17 and 35 tokens, each shared
