@@ -240,13 +240,13 @@ impl CpuDecoder {
     /// handing `rec` what it asks for on the way, and returns the final residual stream,
     /// transposed (`[hidden, tokens]`). The stream starts from the tokens' embeddings, or from
     /// `stream_in` (`[hidden, tokens]`, a pipeline stage's input from the stage before). In each
-    /// layer, once the tokens' keys and values are written, `copies` copy prompts into the
-    /// sequences that continue them, before anything attends.
+    /// layer, once the tokens' keys and values are written, each of `continuations` copies its
+    /// shared positions into the sequence that continues them, before anything attends.
     fn run<R: Recorder>(
         &self,
         cache: &mut CpuCache,
         inputs: &[StepInput<'_>],
-        copies: &[Continuation],
+        continuations: &[Continuation],
         stream_in: Option<&[f32]>,
         rec: &mut R,
     ) -> Result<Vec<f32>> {
@@ -292,7 +292,7 @@ impl CpuDecoder {
                     })
             })
             .collect::<Result<Vec<_>>>()?;
-        let copy_tables = copies
+        let copy_tables = continuations
             .iter()
             .map(|c| {
                 let table = |seq| cache.blocks.table(seq).map(<[u32]>::to_vec);
@@ -484,7 +484,7 @@ impl CpuDecoder {
         rec: &mut R,
     ) -> Result<Vec<f32>> {
         let mut inputs = Vec::with_capacity(seqs.len());
-        let mut copies = Vec::new();
+        let mut continuations = Vec::new();
         for (i, s) in seqs.iter().enumerate() {
             let start = match s.after {
                 None => 0,
@@ -497,7 +497,7 @@ impl CpuDecoder {
                         ))
                     })?;
                     if !parent.tokens.is_empty() {
-                        copies.push(Continuation {
+                        continuations.push(Continuation {
                             from: SeqId(j as u64),
                             to: SeqId(i as u64),
                             len: parent.tokens.len(),
@@ -523,8 +523,8 @@ impl CpuDecoder {
             },
         )?;
         // A continuation without tokens of its own needs no copy.
-        copies.retain(|c| inputs.iter().any(|i| i.seq == c.to));
-        let out = self.step(&mut cache, &inputs, &copies, stream_in, rec);
+        continuations.retain(|c| inputs.iter().any(|i| i.seq == c.to));
+        let out = self.step(&mut cache, &inputs, &continuations, stream_in, rec);
         cache.recycle();
         out
     }
@@ -811,13 +811,17 @@ impl DecodeBackend for CpuDecoder {
                 "cannot copy {len} positions of sequence {from:?}, which holds {held}"
             )));
         }
-        cache.blocks.start_at(to, len)?;
-        let (Some(src), Some(dst)) = (cache.blocks.table(from), cache.blocks.table(to)) else {
+        let Some(src) = cache.blocks.table(from).map(<[u32]>::to_vec) else {
             return Err(BackendError::InvalidInput(format!(
-                "sequence {from:?} or {to:?} lost its cache entry"
+                "sequence {from:?} has no cache entry"
             )));
         };
-        let (src, dst) = (src.to_vec(), dst.to_vec());
+        cache.blocks.start_at(to, len)?;
+        let Some(dst) = cache.blocks.table(to).map(<[u32]>::to_vec) else {
+            return Err(BackendError::InvalidInput(format!(
+                "sequence {to:?} has no cache entry after it was made"
+            )));
+        };
         for layer in 0..self.num_layers() {
             cache.copy_prefix(layer, &src, &dst, len);
         }
