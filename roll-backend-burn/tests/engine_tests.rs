@@ -30,6 +30,13 @@ fn engine(kind: DecoderKind, model: &CausalLm, device: &Device, config: EngineCo
     Engine::with_decoder(kind, model, device, config, None).unwrap()
 }
 
+/// A runtime on the test's thread, to await several requests' events in turn.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
 fn sampled(max_new: u32, seed: u64) -> SamplingParams {
     SamplingParams {
         temperature: 1.0,
@@ -132,9 +139,7 @@ fn continuous_batching_matches_running_each_request_alone() {
             ..EngineConfig::default()
         };
         let e = engine(kind, &model, &device, config);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let submit = |i: usize| {
                 e.submit(GenerationRequest::new(
@@ -653,9 +658,7 @@ fn prompts_admitted_together_compute_their_shared_opening_once_bit_for_bit() {
             ..EngineConfig::default()
         };
         let e = engine(kind, &model, &device, config);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let blocker_params = sampled((total - smallest - 1) as u32, 9);
             let mut blocker = e
@@ -708,9 +711,7 @@ fn later_samples_of_a_prompt_copy_its_cached_prefix_bit_for_bit() {
             (0..4).map(|i| run(&e, &prompt, params(i))).collect()
         };
         let e = engine(kind, &model, &device, EngineConfig::default());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let mut first = e
                 .submit(GenerationRequest::new(prompt.clone(), params(0)))
