@@ -62,6 +62,23 @@ fn run(engine: &Engine, prompt: &[u32], params: SamplingParams) -> roll_core::po
         .unwrap()
 }
 
+/// Each of `prompts` run alone, one after the other, on a fresh engine of `kind` with the default
+/// config, prompt `i` with `params(i)`: what a request samples with nothing beside it.
+fn each_alone(
+    kind: DecoderKind,
+    model: &CausalLm,
+    device: &Device,
+    prompts: &[Vec<u32>],
+    params: impl Fn(usize) -> SamplingParams,
+) -> Vec<roll_core::policy::Generation> {
+    let e = engine(kind, model, device, EngineConfig::default());
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| run(&e, p, params(i)))
+        .collect()
+}
+
 fn reference_greedy(name: &str) -> (Vec<u32>, Vec<u32>) {
     let cases: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fixture(name).join("reference/cases.json")).unwrap())
@@ -126,14 +143,9 @@ fn continuous_batching_matches_running_each_request_alone() {
         vec![50],
     ];
     for kind in decoders() {
-        let alone: Vec<_> = {
-            let e = engine(kind, &model, &device, EngineConfig::default());
-            prompts
-                .iter()
-                .enumerate()
-                .map(|(i, p)| run(&e, p, sampled(20, 100 + i as u64)))
-                .collect()
-        };
+        let alone = each_alone(kind, &model, &device, &prompts, |i| {
+            sampled(20, 100 + i as u64)
+        });
         let config = EngineConfig {
             max_batch_tokens: 5, // forces prompt chunking alongside decodes
             ..EngineConfig::default()
@@ -643,14 +655,7 @@ fn prompts_admitted_together_compute_their_shared_opening_once_bit_for_bit() {
     // next two prompts its first 5.
     let shared = 3 * 8 + 2 * 5;
     for kind in decoders() {
-        let alone: Vec<_> = {
-            let e = engine(kind, &model, &device, EngineConfig::default());
-            prompts
-                .iter()
-                .enumerate()
-                .map(|(i, p)| run(&e, p, params(i)))
-                .collect()
-        };
+        let alone = each_alone(kind, &model, &device, &prompts, params);
         // Room for every prompt at once, or for a blocker that leaves none: the prompts queue
         // behind it and are admitted together when it is aborted.
         let config = EngineConfig {
@@ -706,10 +711,7 @@ fn later_samples_of_a_prompt_copy_its_cached_prefix_bit_for_bit() {
     let prompt: Vec<u32> = (30..41).collect();
     let params = |i: usize| sampled(if i == 0 { 200 } else { 12 }, 500 + i as u64);
     for kind in decoders() {
-        let alone: Vec<_> = {
-            let e = engine(kind, &model, &device, EngineConfig::default());
-            (0..4).map(|i| run(&e, &prompt, params(i))).collect()
-        };
+        let alone = each_alone(kind, &model, &device, &vec![prompt.clone(); 4], params);
         let e = engine(kind, &model, &device, EngineConfig::default());
         let rt = current_thread();
         rt.block_on(async {

@@ -441,11 +441,7 @@ impl<B: DecodeBackend> EngineLoop<B> {
                     self.park.take(found.seq);
                     self.weights
                         .truncate(&mut self.cache, found.seq, found.reused);
-                    self.stats
-                        .reused_tokens
-                        .fetch_add(found.reused as u64, Ordering::Relaxed);
-                    metrics::counter!("roll_engine_prompt_tokens_reused_total")
-                        .increment(found.reused as u64);
+                    self.count_reused(found.reused as u64);
                     (found.seq, found.reused)
                 }
                 None => {
