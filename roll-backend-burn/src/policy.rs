@@ -581,9 +581,14 @@ impl BurnPolicy {
         metrics.insert("time/update_s".into(), started.elapsed().as_secs_f64());
         let version = if updated {
             let started = Instant::now();
+            let generation = trainer.first().generation();
             let model = trainer.whole_model()?;
             drop(trainer);
             let served = ServedWeights::new(model, inner.kind)?;
+            if let Some(decoder) = served.cpu() {
+                let trainer = inner.trainer.lock().map_err(|_| poisoned())?;
+                trainer.first().offer_packed(generation, decoder.clone());
+            }
             let version = inner.engine.sync_served_blocking(&served)?;
             let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
             metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());

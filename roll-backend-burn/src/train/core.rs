@@ -410,6 +410,9 @@ pub(crate) struct Applied {
 pub(crate) struct Core<M: Module> {
     /// `None` only if an optimiser step panicked half-way.
     module: Option<M>,
+    /// How many times `module` was replaced (by an update or [`Core::set_module`]): the same
+    /// count, the same parameter values.
+    generation: u64,
     /// [`FusedAdamW`] (PyTorch's AdamW semantics) as a whole-module optimiser.
     optim: ModuleOptimizer,
     /// The clip coefficient `optim` applies in its pass.
@@ -441,6 +444,7 @@ impl<M: Module> Core<M> {
         let grad_scale = GradScale::new();
         Self {
             module: Some(module),
+            generation: 0,
             optim: FusedAdamW::module_optimizer(&config, grad_scale.clone()),
             grad_scale,
             config,
@@ -583,6 +587,12 @@ impl<M: Module> Core<M> {
 
     pub(crate) fn set_module(&mut self, module: M) {
         self.module = Some(module);
+        self.generation += 1;
+    }
+
+    /// Identifies the module's parameter values: it changes whenever they may have.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The optimiser's state (moments and step counts per parameter), for a checkpoint.
@@ -619,6 +629,7 @@ impl<M: Module> Core<M> {
             )
         })?;
         self.module = Some(self.optim.step(lr, module, grads));
+        self.generation += 1;
         self.step += 1;
         Ok(Applied {
             grad_norm,

@@ -238,7 +238,7 @@ impl CriticTrainer {
         let model = self.core.module()?;
         let plan = self.core.plan(batch)?;
         let fused = match self.kernels() {
-            TrainKernels::Auto => Some(fused::extract(&model.trunk)?),
+            TrainKernels::Auto => Some(fused::extract(&model.trunk, None)?),
             TrainKernels::Autodiff => None,
         };
         let mut acc = GradientsAccumulator::<CriticModel>::new();

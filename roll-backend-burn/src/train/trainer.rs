@@ -11,6 +11,7 @@ use super::core::{
 use super::fused;
 use super::group::{Group, Summed};
 use super::lora::{LoraAttach, TrainerRng, count_adapters};
+use crate::engine::cpu::CpuDecoder;
 use crate::models::token_logprobs_and_entropy;
 use crate::models::{CausalLm, PartLevel, PipelineStage, StageCompute};
 use crate::{BackendError, Result, ScoringOptions, score};
@@ -22,7 +23,7 @@ use roll_core::policy::{Objective, ScoreRequest, TokenScores};
 use roll_core::strategy::{ReduceOp, Strategy};
 use roll_core::{TrainBatch, TrainSequence};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The actor's metrics, by how they combine (see [`MetricSums`]).
 static POLICY_METRICS: MetricSchema = MetricSchema {
@@ -89,6 +90,10 @@ pub struct Trainer {
     core: Core<CausalLm>,
     /// The frozen base on the plain device (LoRA only): the reference policy.
     base: Option<CausalLm>,
+    /// The model's weights in the CPU decoder's layout, packed for the inference engine at the
+    /// module's generation (the first): the fused forward's own packing of the same values
+    /// ([`Trainer::offer_packed`]).
+    packed: Mutex<Option<(u64, Arc<CpuDecoder>)>>,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -164,6 +169,7 @@ impl Trainer {
         Ok(Self {
             core: Core::new(model, config, rng, device),
             base,
+            packed: Mutex::new(None),
         })
     }
 
@@ -203,6 +209,37 @@ impl Trainer {
     /// [`BackendError::Train`] if an earlier step panicked half-way.
     pub fn inference_model(&self) -> Result<CausalLm> {
         Ok(self.core.module()?.valid().materialize())
+    }
+
+    /// Identifies the current parameter values: it changes with every update or new model.
+    pub(crate) fn generation(&self) -> u64 {
+        self.core.generation()
+    }
+
+    /// Hands the trainer the CPU decoder the engine was given, packed from
+    /// [`Trainer::whole_model`] when the trainer was at `generation`: if its parameters have not
+    /// changed since, the next fused forward reads that decoder instead of packing the same
+    /// values again (the same function of the same values, so the same bits). Kept only where
+    /// the whole model is the trained module itself: a LoRA module's merged weights, or a part
+    /// of a model, are other values.
+    pub(crate) fn offer_packed(&self, generation: u64, decoder: Arc<CpuDecoder>) {
+        if self.base.is_some() || self.holds_part() || self.holds_some_experts() {
+            return;
+        }
+        if let Ok(mut packed) = self.packed.lock() {
+            *packed = Some((generation, decoder));
+        }
+    }
+
+    /// The offered decoder, if it is still the current parameters' (it is handed over once: the
+    /// forward holds it for the step).
+    fn take_packed(&self) -> Option<Arc<CpuDecoder>> {
+        let current = self.generation();
+        self.packed
+            .lock()
+            .ok()?
+            .take()
+            .and_then(|(generation, decoder)| (generation == current).then_some(decoder))
     }
 
     /// Where the ranks of the model hold parts of it, tells the optimiser core the group to sum
@@ -372,7 +409,7 @@ impl Trainer {
             };
         }
         let fused = match self.kernels() {
-            TrainKernels::Auto => Some(fused::extract(model)?),
+            TrainKernels::Auto => Some(fused::extract(model, self.take_packed())?),
             TrainKernels::Autodiff => None,
         };
         let mut acc = GradientsAccumulator::<CausalLm>::new();
@@ -868,4 +905,101 @@ fn policy_inputs(
         );
     }
     inputs
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::engine::test_support::{ids, models_under_test};
+    use crate::train::LoraConfig;
+    use roll_core::SampleId;
+
+    /// Three SFT sequences, two sharing a prompt.
+    fn batch(vocab: usize) -> TrainBatch {
+        let prompt = ids(7, vocab, 1);
+        let seqs = [(prompt.clone(), 5), (prompt, 3), (ids(4, vocab, 2), 6)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, n))| {
+                let response = ids(n, vocab, 10 + i as u64);
+                TrainSequence::supervised(SampleId(i as u64), p, response, vec![true; n])
+            })
+            .collect();
+        TrainBatch::new(seqs).unwrap()
+    }
+
+    fn config() -> TrainerConfig {
+        TrainerConfig {
+            lr: 1e-3,
+            ..TrainerConfig::default()
+        }
+    }
+
+    /// The loss and diagnostics of a batch, to the bit.
+    fn outcome(trainer: &Trainer, batch: &TrainBatch) -> (u64, Vec<(String, u64)>) {
+        let g = trainer
+            .accumulate_gradients(batch, &Objective::sft())
+            .unwrap();
+        let metrics = g.metrics.iter().map(|(k, v)| (k.clone(), v.to_bits()));
+        (g.loss.to_bits(), metrics.collect())
+    }
+
+    /// The fused forward reads the engine's copy of the weights only while the trainer's
+    /// parameters are those it was packed from: a decoder of other weights offered at the
+    /// current generation changes the loss (so it is read), the same offer at a past generation
+    /// is ignored, and the engine's real copy gives the bits the trainer's own packing gives.
+    #[test]
+    fn an_offered_decoder_is_read_only_while_its_parameters_are_current() {
+        let models = models_under_test();
+        let (_, model, _) = &models[1];
+        let (_, other, _) = &models[0];
+        let batch = batch(model.vocab_size());
+        let wrong = || Arc::new(CpuDecoder::of_layers(other).unwrap());
+        let mut trainer = Trainer::new(model.clone(), config(), &Device::flex()).unwrap();
+        let own = outcome(&trainer, &batch);
+
+        trainer.offer_packed(trainer.generation(), wrong());
+        assert_ne!(
+            outcome(&trainer, &batch),
+            own,
+            "the offered decoder was not read"
+        );
+        // Handed over once: the next forward packs its own again.
+        assert_eq!(outcome(&trainer, &batch), own);
+
+        let before = trainer.generation();
+        trainer.step(&batch, &Objective::sft()).unwrap();
+        assert_ne!(trainer.generation(), before);
+        let own = outcome(&trainer, &batch);
+        trainer.offer_packed(before, wrong());
+        assert_eq!(outcome(&trainer, &batch), own, "a stale decoder was read");
+
+        let served = CpuDecoder::from_model(&trainer.whole_model().unwrap()).unwrap();
+        trainer.offer_packed(trainer.generation(), Arc::new(served));
+        assert_eq!(outcome(&trainer, &batch), own);
+    }
+
+    /// Under LoRA the engine's weights are the merged ones, not the module's: never offered.
+    #[test]
+    fn a_lora_trainer_packs_its_own_weights() {
+        let models = models_under_test();
+        let (_, model, _) = &models[1];
+        let (_, other, _) = &models[0];
+        let batch = batch(model.vocab_size());
+        let config = TrainerConfig {
+            lora: Some(LoraConfig {
+                rank: 4,
+                alpha: 8.0,
+                target_modules: vec!["q_proj".into(), "down_proj".into()],
+            }),
+            ..config()
+        };
+        let trainer = Trainer::new(model.clone(), config, &Device::flex()).unwrap();
+        let own = outcome(&trainer, &batch);
+        let wrong = Arc::new(CpuDecoder::of_layers(other).unwrap());
+        trainer.offer_packed(trainer.generation(), wrong);
+        assert_eq!(outcome(&trainer, &batch), own);
+    }
 }

@@ -683,7 +683,7 @@ mod tests {
     #[test]
     fn shared_prompts_keep_the_bits_of_whole_sequences() {
         for (name, model, _) in models_under_test() {
-            let w = extract(&model).unwrap();
+            let w = extract(&model, None).unwrap();
             let seqs = groups(model.vocab_size());
             let refs: Vec<&TrainSequence> = seqs.iter().collect();
             let shared = pack(&refs);

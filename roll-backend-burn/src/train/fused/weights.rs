@@ -12,7 +12,7 @@ use crate::{BackendError, Result};
 use burn::module::{Param, ParamId};
 use burn::nn::{Linear, RmsNorm};
 use burn::tensor::Tensor;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// One GEMM weight `W` `[d_in, d_out]` (Burn's `Linear` layout: `y = x·W + b`) of a
 /// [`Projection`], held as the backward reads it. With a LoRA adapter, `W` is the effective
@@ -149,7 +149,7 @@ pub(crate) struct Weights {
     pub head_trains: bool,
     pub inv_freq: Vec<f32>,
     /// The same weights in the CPU decoder's layout: the forward runs on the decoder's kernels.
-    pub decoder: CpuDecoder,
+    pub decoder: Arc<CpuDecoder>,
     /// This rank's slice of a tensor-parallel model (`heads` and the MLP are its own): the
     /// backward completes the gradient entering each block over the group.
     pub tensor_shard: Option<TensorShard>,
@@ -272,7 +272,10 @@ fn layer(attn: &Attention, mlp: &Mlp, input: &RmsNorm, post: &RmsNorm, i: usize)
     })
 }
 
-fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -> Result<Weights> {
+fn of<A: Architecture<FeedForward = Mlp>>(
+    m: &Decoder<A>,
+    decoder: Arc<CpuDecoder>,
+) -> Result<Weights> {
     let c = m.local_config();
     let layers = m
         .model
@@ -332,15 +335,22 @@ fn of<A: Architecture<FeedForward = Mlp>>(m: &Decoder<A>, decoder: CpuDecoder) -
     })
 }
 
-/// The weights of a dense Qwen2 or Qwen3 model.
+/// The weights of a dense Qwen2 or Qwen3 model. `packed`, when given, is `model`'s weights
+/// already in the CPU decoder's layout (the engine's copy of the same parameters, see
+/// [`Trainer::offer_packed`](crate::train::Trainer)): the forward reads it instead of packing
+/// them again.
 ///
 /// # Errors
 /// [`BackendError::UnsupportedByDecoder`] for Qwen3-MoE or MLP biases.
-pub(crate) fn extract(model: &CausalLm) -> Result<Weights> {
+pub(crate) fn extract(model: &CausalLm, packed: Option<Arc<CpuDecoder>>) -> Result<Weights> {
+    let decoder = || match packed {
+        Some(decoder) => Ok(decoder),
+        None => CpuDecoder::of_layers(model).map(Arc::new),
+    };
     // Packing is parallel sections, like a forward's (and waits on no peer).
     pool::as_one_job(false, || match model {
-        CausalLm::Qwen2(m) => of(m, CpuDecoder::of_layers(model)?),
-        CausalLm::Qwen3(m) => of(m, CpuDecoder::of_layers(model)?),
+        CausalLm::Qwen2(m) => of(m, decoder()?),
+        CausalLm::Qwen3(m) => of(m, decoder()?),
         CausalLm::Qwen3Moe(_) => Err(BackendError::UnsupportedByDecoder {
             what: "qwen3_moe (mixture-of-experts) models on the fused training path".into(),
         }),
