@@ -106,6 +106,7 @@ use rayon::prelude::*;
 pub(crate) use record::{AttentionBlock, MlpBlock, Recorder};
 use roll_core::policy::{ScoreRequest, TokenScores};
 use rope::rope_in_place;
+use std::collections::HashMap;
 use swiglu::silu_mul;
 use weights::Weights;
 
@@ -616,8 +617,10 @@ impl CpuDecoder {
     /// positions that predict response tokens. Sequences are packed, in request order, into
     /// forward calls of at most 512 tokens (a longer sequence is prefilled in pieces across
     /// calls), and the LM head runs on 256 positions at a time, which bounds the live logits to
-    /// `256 × vocab` floats. Results are batch-invariant: a sequence's scores are bit-identical
-    /// whatever else the request holds.
+    /// `256 × vocab` floats. A prompt that several sequences share (a GRPO group's) is computed
+    /// once: the later sequences start at its last token from a copy of its keys and values.
+    /// Results are batch-invariant: a sequence's scores are bit-identical whatever else the
+    /// request holds.
     ///
     /// # Errors
     /// [`BackendError::InvalidInput`] for a sequence with a response but an empty prompt,
@@ -626,6 +629,7 @@ impl CpuDecoder {
     pub fn score(&self, request: &ScoreRequest) -> Result<Vec<TokenScores>> {
         pool::as_one_job(self.waits_on_peers(), || {
             self.score_in_groups(request, SCORE_TOKENS)
+                .map(|(scores, _)| scores)
         })
     }
 
@@ -635,8 +639,13 @@ impl CpuDecoder {
         self.w.tensor_shard.is_some()
     }
 
-    /// [`Self::score`] with forward calls of at most `budget` tokens.
-    fn score_in_groups(&self, request: &ScoreRequest, budget: usize) -> Result<Vec<TokenScores>> {
+    /// [`Self::score`] with forward calls of at most `budget` computed tokens; also returns how
+    /// many tokens were computed.
+    fn score_in_groups(
+        &self,
+        request: &ScoreRequest,
+        budget: usize,
+    ) -> Result<(Vec<TokenScores>, usize)> {
         /// Positions `start..end` of sequence `k` (an index into `todo`).
         struct Piece {
             k: usize,
@@ -669,13 +678,32 @@ impl CpuDecoder {
         for &id in seqs.iter().flatten() {
             check_id(id, vocab)?;
         }
+        let prompt_len = |k: usize| request.sequences[todo[k]].prompt_ids.len();
 
-        // Pack the sequences, in order, into groups of at most `budget` tokens, cutting a
-        // sequence where a group fills up.
+        // A prompt of two tokens or more that several sequences share (a GRPO group's) is
+        // computed once, all of it but its last token, by the first of them; each later one
+        // starts at that token, from a copy of the first's keys and values in the slots its own
+        // prefill would have written (as the engine and the training forward share prompts), so
+        // every score keeps its bits.
+        let mut first_with: HashMap<&[u32], usize> = HashMap::new();
+        let parent: Vec<Option<usize>> = (0..todo.len())
+            .map(|k| {
+                let prompt = request.sequences[todo[k]].prompt_ids.as_slice();
+                if prompt.len() < 2 {
+                    return None;
+                }
+                let first = *first_with.entry(prompt).or_insert(k);
+                (first != k).then_some(first)
+            })
+            .collect();
+        let shared = |k: usize| parent[k].map_or(0, |_| prompt_len(k) - 1);
+
+        // Pack the sequences, in order, into groups of at most `budget` computed tokens, cutting
+        // a sequence where a group fills up.
         let mut groups: Vec<Vec<Piece>> = Vec::new();
         let (mut group, mut tokens) = (Vec::new(), 0);
         for (k, seq) in seqs.iter().enumerate() {
-            let mut start = 0;
+            let mut start = shared(k);
             while start < seq.len() {
                 if tokens == budget {
                     groups.push(std::mem::take(&mut group));
@@ -690,15 +718,49 @@ impl CpuDecoder {
         if !group.is_empty() {
             groups.push(group);
         }
-        // After a group runs, its sequences hold positions `0..end` of their last piece.
-        let max_seqs = groups.iter().map(Vec::len).max().unwrap_or(0);
-        let max_cached = groups
+        // A sequence's entry goes once its last piece has run and, for a prompt's first
+        // sequence, every sequence continuing it has started.
+        let mut waiting = vec![0usize; seqs.len()];
+        for &j in parent.iter().flatten() {
+            waiting[j] += 1;
+        }
+        let mut done = vec![false; seqs.len()];
+        let releases: Vec<Vec<usize>> = groups
             .iter()
-            .map(|g| g.iter().map(|p| p.end).sum::<usize>())
-            .max()
-            .unwrap_or(0);
+            .map(|group| {
+                let mut out = Vec::new();
+                for p in group {
+                    if let Some(j) = parent[p.k].filter(|_| p.start == shared(p.k)) {
+                        waiting[j] -= 1;
+                        if done[j] && waiting[j] == 0 {
+                            out.push(j);
+                        }
+                    }
+                    if p.end == seqs[p.k].len() {
+                        done[p.k] = true;
+                        if waiting[p.k] == 0 {
+                            out.push(p.k);
+                        }
+                    }
+                }
+                out
+            })
+            .collect();
+        // The entries alive while each group runs, and the positions they hold.
+        let (mut max_seqs, mut max_cached) = (0, 0);
+        let mut held: HashMap<usize, usize> = HashMap::new();
+        for (group, released) in groups.iter().zip(&releases) {
+            for p in group {
+                held.insert(p.k, p.end);
+            }
+            max_seqs = max_seqs.max(held.len());
+            max_cached = max_cached.max(held.values().sum::<usize>());
+            for k in released {
+                held.remove(k);
+            }
+        }
         if max_seqs == 0 {
-            return Ok(results);
+            return Ok((results, 0));
         }
         let mut cache = CpuCache::scratch(
             self.cache_shape(),
@@ -715,16 +777,27 @@ impl CpuDecoder {
                 entropy: request.with_entropy.then(|| vec![0.0; n]),
                 values: None,
             };
-            debug_assert_eq!(seqs[k].len(), request.sequences[i].prompt_ids.len() + n);
+            debug_assert_eq!(seqs[k].len(), prompt_len(k) + n);
         }
-        for group in &groups {
+        let mut computed = 0;
+        for (group, released) in groups.iter().zip(&releases) {
             let mut inputs = Vec::with_capacity(group.len());
+            let mut continuations = Vec::new();
             // Flattened token, target id, and (sequence, response index) of each scored position.
             let (mut at, mut targets, mut dest) = (Vec::new(), Vec::new(), Vec::new());
             let mut offset = 0;
             for p in group {
                 let seq = &seqs[p.k];
-                let prompt = request.sequences[todo[p.k]].prompt_ids.len();
+                let prompt = prompt_len(p.k);
+                if let Some(j) = parent[p.k].filter(|_| p.start == shared(p.k)) {
+                    let (from, to, len) = (SeqId(j as u64), SeqId(p.k as u64), p.start);
+                    // The shared positions were computed by an earlier call, or are in this one.
+                    if cache.blocks.cached_len(from) >= len {
+                        self.fork(&mut cache, from, to, len)?;
+                    } else {
+                        continuations.push(Continuation { from, to, len });
+                    }
+                }
                 inputs.push(StepInput {
                     seq: SeqId(p.k as u64),
                     tokens: &seq[p.start..p.end],
@@ -737,7 +810,8 @@ impl CpuDecoder {
                 }
                 offset += p.end - p.start;
             }
-            let xt = self.step(&mut cache, &inputs, &[], None, &mut ())?;
+            computed += offset;
+            let xt = self.step(&mut cache, &inputs, &continuations, None, &mut ())?;
             let (logprobs, entropy) =
                 self.logprobs_at(&xt, offset, &at, &targets, request.with_entropy)?;
             for (j, &(i, t)) in dest.iter().enumerate() {
@@ -746,14 +820,12 @@ impl CpuDecoder {
                     e[t] = entropy[j];
                 }
             }
-            for p in group {
-                if p.end == seqs[p.k].len() {
-                    cache.blocks.release(SeqId(p.k as u64));
-                }
+            for &k in released {
+                cache.blocks.release(SeqId(k as u64));
             }
         }
         cache.recycle();
-        Ok(results)
+        Ok((results, computed))
     }
 }
 

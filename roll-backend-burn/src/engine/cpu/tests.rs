@@ -427,7 +427,7 @@ fn scores_match_the_burn_scoring_path() {
             // Small groups cut sequences across forward calls; results stay bit-identical.
             for budget in [1, 7, 16, 40] {
                 assert_eq!(
-                    dec.score_in_groups(&request, budget).unwrap(),
+                    dec.score_in_groups(&request, budget).unwrap().0,
                     got,
                     "{name} budget {budget}"
                 );
@@ -440,6 +440,82 @@ fn scores_match_the_burn_scoring_path() {
                     ..Default::default()
                 };
                 assert_eq!(&dec.score(&alone).unwrap()[0], g, "{name}");
+            }
+        }
+    }
+}
+
+/// GRPO groups: prompts of 5, 16 (one whole cache block), 17 and 35 tokens, each shared by three
+/// responses of different lengths, interleaved, beside a one-token prompt (too short to share), a
+/// sequence with no response and a prompt no other sequence has.
+fn grouped_score_request(vocab: usize, with_entropy: bool) -> roll_core::policy::ScoreRequest {
+    use roll_core::policy::{ScoreRequest, ScoreSequence};
+    let prompts: Vec<Vec<u32>> = [5, 16, 17, 35, 1]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ids(n, vocab, 20 + i as u64))
+        .collect();
+    let mut sequences = Vec::new();
+    for r in 0..3 {
+        for (i, p) in prompts.iter().enumerate() {
+            let n = if (i, r) == (2, 1) {
+                0
+            } else {
+                1 + (i + 2 * r) % 6
+            };
+            sequences.push(ScoreSequence {
+                prompt_ids: p.clone(),
+                response_ids: ids(n, vocab, 50 + r as u64),
+            });
+        }
+    }
+    sequences.push(ScoreSequence {
+        prompt_ids: ids(9, vocab, 99),
+        response_ids: ids(4, vocab, 98),
+    });
+    ScoreRequest {
+        sequences,
+        with_entropy,
+        ..Default::default()
+    }
+}
+
+/// A prompt several sequences share is computed once, and every sequence's scores keep the bits
+/// it has scored alone — whether the sequences continuing it run in the call that computes it or
+/// copy it from an earlier call, and where calls cut sequences in pieces.
+#[test]
+fn shared_prompts_are_scored_once_with_the_bits_of_each_sequence_alone() {
+    for (name, model, _) in models_under_test() {
+        let dec = CpuDecoder::from_model(&model).unwrap();
+        let request = grouped_score_request(model.vocab_size(), true);
+        let alone: Vec<_> = request
+            .sequences
+            .iter()
+            .map(|s| {
+                let one = roll_core::policy::ScoreRequest {
+                    sequences: vec![s.clone()],
+                    ..request.clone()
+                };
+                dec.score(&one).unwrap().remove(0)
+            })
+            .collect();
+        let whole: usize = request
+            .sequences
+            .iter()
+            .filter(|s| !s.response_ids.is_empty())
+            .map(|s| s.prompt_ids.len() + s.response_ids.len())
+            .sum();
+        // Two later sequences of each shared prompt (but the 17-token one's second has no
+        // response) start at its last token.
+        let saved: usize = [5, 16, 35].iter().map(|n| 2 * (n - 1)).sum::<usize>() + 16;
+        for budget in [1, 7, 16, 40, 512] {
+            let (got, computed) = dec.score_in_groups(&request, budget).unwrap();
+            assert_eq!(computed, whole - saved, "{name} budget {budget}");
+            for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&g.logprobs), bits(&a.logprobs), "{name} {budget} {i}");
+                let entropy = |t: &TokenScores| t.entropy.as_deref().map(bits);
+                assert_eq!(entropy(g), entropy(a), "{name} {budget} {i}");
             }
         }
     }
