@@ -59,6 +59,27 @@ pub(crate) fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// GRPO-like groups as `(prompt, response)` pairs: prompts of 5, 16 (one whole cache block), 17
+/// and 35 tokens, each shared by three responses of 1–6 tokens, interleaved, beside three prompts
+/// of one token (too short to share) and, last, a prompt no other sequence has. Prompts draw
+/// from `seed + i`, responses from `seed + 30 + r`.
+pub(crate) fn grpo_groups(vocab: usize, seed: u64) -> Vec<(Vec<u32>, Vec<u32>)> {
+    let prompts: Vec<Vec<u32>> = [5, 16, 17, 35, 1]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ids(n, vocab, seed + i as u64))
+        .collect();
+    let mut out = Vec::new();
+    for r in 0..3 {
+        for (i, p) in prompts.iter().enumerate() {
+            let response = ids(1 + (i + 2 * r) % 6, vocab, seed + 30 + r as u64);
+            out.push((p.clone(), response));
+        }
+    }
+    out.push((ids(9, vocab, 99), ids(4, vocab, 98)));
+    out
+}
+
 /// Logits `[len, vocab]` of a full forward of `seq` through the Burn model.
 pub(crate) fn full_logits(model: &CausalLm, seq: &[u32]) -> Vec<f32> {
     let batch = TokenBatch::single(seq, model.vocab_size(), &Device::flex()).unwrap();

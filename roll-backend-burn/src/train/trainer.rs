@@ -937,6 +937,16 @@ mod tests {
         }
     }
 
+    /// The `tiny-qwen2-sft` fixture, the other fixture's weights in the decoder's layout (the
+    /// same shapes, other values: a wrong offer) and a batch.
+    fn setup() -> (CausalLm, Arc<CpuDecoder>, TrainBatch) {
+        let mut models = models_under_test();
+        let (_, model, _) = models.swap_remove(1);
+        let wrong = Arc::new(CpuDecoder::of_layers(&models[0].1).unwrap());
+        let batch = batch(model.vocab_size());
+        (model, wrong, batch)
+    }
+
     /// The loss and diagnostics of a batch, to the bit.
     fn outcome(trainer: &Trainer, batch: &TrainBatch) -> (u64, Vec<(String, u64)>) {
         let g = trainer
@@ -952,15 +962,11 @@ mod tests {
     /// is ignored, and the engine's real copy gives the bits the trainer's own packing gives.
     #[test]
     fn an_offered_decoder_is_read_only_while_its_parameters_are_current() {
-        let models = models_under_test();
-        let (_, model, _) = &models[1];
-        let (_, other, _) = &models[0];
-        let batch = batch(model.vocab_size());
-        let wrong = || Arc::new(CpuDecoder::of_layers(other).unwrap());
-        let mut trainer = Trainer::new(model.clone(), config(), &Device::flex()).unwrap();
+        let (model, wrong, batch) = setup();
+        let mut trainer = Trainer::new(model, config(), &Device::flex()).unwrap();
         let own = outcome(&trainer, &batch);
 
-        trainer.offer_packed(trainer.generation(), wrong());
+        trainer.offer_packed(trainer.generation(), wrong.clone());
         assert_ne!(
             outcome(&trainer, &batch),
             own,
@@ -973,7 +979,7 @@ mod tests {
         trainer.step(&batch, &Objective::sft()).unwrap();
         assert_ne!(trainer.generation(), before);
         let own = outcome(&trainer, &batch);
-        trainer.offer_packed(before, wrong());
+        trainer.offer_packed(before, wrong);
         assert_eq!(outcome(&trainer, &batch), own, "a stale decoder was read");
 
         let served = CpuDecoder::from_model(&trainer.whole_model().unwrap()).unwrap();
@@ -984,10 +990,7 @@ mod tests {
     /// Under LoRA the engine's weights are the merged ones, not the module's: never offered.
     #[test]
     fn a_lora_trainer_packs_its_own_weights() {
-        let models = models_under_test();
-        let (_, model, _) = &models[1];
-        let (_, other, _) = &models[0];
-        let batch = batch(model.vocab_size());
+        let (model, wrong, batch) = setup();
         let config = TrainerConfig {
             lora: Some(LoraConfig {
                 rank: 4,
@@ -996,9 +999,8 @@ mod tests {
             }),
             ..config()
         };
-        let trainer = Trainer::new(model.clone(), config, &Device::flex()).unwrap();
+        let trainer = Trainer::new(model, config, &Device::flex()).unwrap();
         let own = outcome(&trainer, &batch);
-        let wrong = Arc::new(CpuDecoder::of_layers(other).unwrap());
         trainer.offer_packed(trainer.generation(), wrong);
         assert_eq!(outcome(&trainer, &batch), own);
     }

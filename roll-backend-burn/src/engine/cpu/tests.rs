@@ -445,34 +445,19 @@ fn scores_match_the_burn_scoring_path() {
     }
 }
 
-/// GRPO groups: prompts of 5, 16 (one whole cache block), 17 and 35 tokens, each shared by three
-/// responses of different lengths, interleaved, beside a one-token prompt (too short to share), a
-/// sequence with no response and a prompt no other sequence has.
+/// [`grpo_groups`] to score, the second response of the 17-token prompt left empty (a sequence
+/// with nothing to score, whose prompt another one still shares).
 fn grouped_score_request(vocab: usize, with_entropy: bool) -> roll_core::policy::ScoreRequest {
     use roll_core::policy::{ScoreRequest, ScoreSequence};
-    let prompts: Vec<Vec<u32>> = [5, 16, 17, 35, 1]
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| ids(n, vocab, 20 + i as u64))
+    let mut sequences: Vec<ScoreSequence> = grpo_groups(vocab, 20)
+        .into_iter()
+        .map(|(prompt_ids, response_ids)| ScoreSequence {
+            prompt_ids,
+            response_ids,
+        })
         .collect();
-    let mut sequences = Vec::new();
-    for r in 0..3 {
-        for (i, p) in prompts.iter().enumerate() {
-            let n = if (i, r) == (2, 1) {
-                0
-            } else {
-                1 + (i + 2 * r) % 6
-            };
-            sequences.push(ScoreSequence {
-                prompt_ids: p.clone(),
-                response_ids: ids(n, vocab, 50 + r as u64),
-            });
-        }
-    }
-    sequences.push(ScoreSequence {
-        prompt_ids: ids(9, vocab, 99),
-        response_ids: ids(4, vocab, 98),
-    });
+    // The groups are interleaved, five prompts a round: round 1's third sequence.
+    sequences[5 + 2].response_ids.clear();
     ScoreRequest {
         sequences,
         with_entropy,

@@ -649,7 +649,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::engine::test_support::{ids, models_under_test};
+    use crate::engine::test_support::{grpo_groups, models_under_test};
     use crate::train::fused::{extract, pack};
     use roll_core::{SampleId, TrainSequence};
 
@@ -658,23 +658,12 @@ mod tests {
         TrainSequence::supervised(SampleId(0), prompt.to_vec(), response, mask)
     }
 
-    /// GRPO-like groups: prompts of 5, 16 (one whole cache block), 17 and 35 tokens, each shared
-    /// by three responses of different lengths, interleaved, beside prompts of one token (too
-    /// short to share) and a prompt no other sequence has.
+    /// [`grpo_groups`] as SFT sequences.
     fn groups(vocab: usize) -> Vec<TrainSequence> {
-        let prompts: Vec<Vec<u32>> = [5, 16, 17, 35, 1]
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| ids(n, vocab, 10 + i as u64))
-            .collect();
-        let mut seqs = Vec::new();
-        for r in 0..3 {
-            for (i, p) in prompts.iter().enumerate() {
-                seqs.push(sequence(p, ids(1 + (i + 2 * r) % 6, vocab, 40 + r as u64)));
-            }
-        }
-        seqs.push(sequence(&ids(9, vocab, 99), ids(4, vocab, 98)));
-        seqs
+        grpo_groups(vocab, 10)
+            .into_iter()
+            .map(|(prompt, response)| sequence(&prompt, response))
+            .collect()
     }
 
     /// A forward over sequences that continue shared prompts gives the log-probs and entropies of

@@ -337,8 +337,8 @@ fn of<A: Architecture<FeedForward = Mlp>>(
 
 /// The weights of a dense Qwen2 or Qwen3 model. `packed`, when given, is `model`'s weights
 /// already in the CPU decoder's layout (the engine's copy of the same parameters, see
-/// [`Trainer::offer_packed`](crate::train::Trainer)): the forward reads it instead of packing
-/// them again.
+/// [`Trainer::offer_packed`](crate::train::Trainer::offer_packed)): the forward reads it
+/// instead of packing them again.
 ///
 /// # Errors
 /// [`BackendError::UnsupportedByDecoder`] for Qwen3-MoE or MLP biases.
