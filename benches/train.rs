@@ -14,6 +14,11 @@
 //! - `train_step_mixed`: 16 sequences of 16, 32, …, 256 tokens (2,176 in all) on the fused path,
 //!   **packed** end to end as the trainer does, and **padded** to 256 each (4,096 tokens, padding
 //!   masked out of the loss) as a padded batch would be; throughput counts the 2,176 real tokens;
+//! - `train_step_groups`: a GRPO batch of 8 prompts of 64 tokens × 8 responses of 16–240 tokens
+//!   (10,752 tokens, all trained), under the trainer's default token budget (4,096 a
+//!   micro-batch): the micro-batches keep each prompt's sequences together, and each prompt is
+//!   computed once in each micro-batch that holds its sequences; throughput counts every
+//!   sequence's tokens, as if each prompt were computed for each;
 //! - `train_step_16x128_lora`: the same step with LoRA (rank 16 on every projection), both paths;
 //! - the peak resident memory of each model's fused train steps (printed: `VmHWM`, reset before
 //!   each model by writing `5` to `/proc/self/clear_refs`).
@@ -131,6 +136,29 @@ fn mixed_batch(vocab: usize, pad_to: Option<usize>) -> TrainBatch {
 }
 
 const MIXED_PROMPT: usize = 8;
+
+/// 8 prompts of 64 tokens, each with 8 responses of 16 to 240 tokens (every length, in an order
+/// that differs per prompt), all trained.
+fn grouped_batch(vocab: usize) -> TrainBatch {
+    let mut next = token_stream(0x6a09_e667, vocab);
+    let mut sequences = Vec::new();
+    for g in 0..8 {
+        let prompt: Vec<u32> = (0..64).map(|_| next()).collect();
+        for s in 0..8 {
+            let r = 16 + 32 * ((s * 5 + g * 3) % 8);
+            let response = (0..r).map(|_| next()).collect();
+            let i = sequences.len();
+            sequences.push(sequence(
+                i,
+                prompt.clone(),
+                response,
+                vec![true; r],
+                vec![-9.0; r],
+            ));
+        }
+    }
+    TrainBatch::new(sequences).expect("valid batch")
+}
 
 /// Peak resident memory of this process since the last [`reset_peak_rss`], in MiB (Linux).
 fn peak_rss_mib() -> Option<f64> {
@@ -279,6 +307,27 @@ fn bench(c: &mut Criterion) {
                 |bench, b| bench.iter(|| trainers.step(b, &objective).expect("train step")),
             );
         }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("train_step_groups");
+    group.sample_size(10);
+    for (name, model) in &models {
+        let b = grouped_batch(model.vocab_size());
+        let tokens: usize = b
+            .sequences()
+            .iter()
+            .map(|s| s.prompt_ids.len() + s.response_ids.len())
+            .sum();
+        group.throughput(Throughput::Elements(tokens as u64));
+        let config = TrainerConfig {
+            lr: 1e-6,
+            ..TrainerConfig::default()
+        };
+        let mut trainer = Trainer::new(model.clone(), config, &device).expect("trainer");
+        group.bench_function(*name, |bench| {
+            bench.iter(|| trainer.step(&b, &objective).expect("train step"))
+        });
     }
     group.finish();
 

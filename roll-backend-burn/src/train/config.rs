@@ -33,8 +33,9 @@ pub struct TrainerConfig {
     /// Clip the global L2 norm of all gradients to this value (`torch.nn.utils.clip_grad_norm_`);
     /// `None` = no clipping (the norm is still reported).
     pub max_grad_norm: Option<f32>,
-    /// Upper bound on `rows × padded length` of one micro-batch (a longer sequence runs alone);
-    /// `None` = no token bound.
+    /// Upper bound on the tokens of one micro-batch (a longer sequence runs alone): the tokens
+    /// computed on the fused path, which packs sequences end to end and a shared prompt once;
+    /// `rows × padded length` on Burn's autodiff path. `None` = no token bound.
     pub micro_batch_tokens: Option<usize>,
     /// Upper bound on the sequences of one micro-batch; `None` = no count bound.
     pub micro_batch_size: Option<usize>,
@@ -67,6 +68,17 @@ pub enum TrainKernels {
     /// Burn's autodiff always: the generic path, and the reference the fused one is tested
     /// against.
     Autodiff,
+}
+
+impl TrainKernels {
+    /// How these kernels lay out a micro-batch (what its token budget counts). `Auto` here is the
+    /// resolved choice ([`Trainer::kernels`](super::Trainer::kernels)): the fused path.
+    pub(crate) fn layout(self) -> super::core::Layout {
+        match self {
+            Self::Auto => super::core::Layout::Packed,
+            Self::Autodiff => super::core::Layout::Padded,
+        }
+    }
 }
 
 impl Default for TrainerConfig {

@@ -15,7 +15,7 @@ use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use roll_algos::loss::Denominators;
 use roll_core::strategy::{ReduceOp, Strategy};
 use roll_core::{TrainBatch, TrainSequence};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// The result of one train step: the main numbers as fields, everything (these included) in
@@ -109,14 +109,30 @@ pub(crate) struct Plan {
     pub sequences: usize,
 }
 
-/// Packs the sequences that have a trained token into micro-batches, longest first, each at most
-/// `micro_batch_tokens` padded tokens (`rows × longest`) and `micro_batch_size` rows; a sequence
+/// How a micro-batch's sequences lie in memory, which decides what its token budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Right-padded to the longest (Burn's autodiff path): `rows × longest` tokens.
+    Padded,
+    /// End to end, a prompt its sequences share computed once (the fused path, `fused::pack`):
+    /// the tokens computed.
+    Packed,
+}
+
+/// Packs the sequences that have a trained token into micro-batches of at most
+/// `micro_batch_tokens` tokens as `layout` counts them and `micro_batch_size` rows; a sequence
 /// longer than the token budget runs alone. Sequences without a trained token are left out: they
 /// contribute neither loss nor gradient.
 ///
+/// Padded, the sequences are cut longest first, so that each micro-batch pads little. Packed,
+/// padding costs nothing, and the sequences sharing a prompt (a GRPO group) go together, longest
+/// group first, so that their prompt is computed once; a group the budget cannot hold fills one
+/// micro-batch after another. Either way a micro-batch lists its sequences longest first (in
+/// batch order among equals), so a batch that fits in one is the same micro-batch in both.
+///
 /// # Errors
 /// [`BackendError::InvalidInput`] for a trained sequence with an empty prompt.
-pub(crate) fn plan(batch: &TrainBatch, config: &TrainerConfig) -> Result<Plan> {
+pub(crate) fn plan(batch: &TrainBatch, config: &TrainerConfig, layout: Layout) -> Result<Plan> {
     let seqs = batch.sequences();
     let mut order = Vec::new();
     let mut trained_tokens = 0;
@@ -140,20 +156,71 @@ pub(crate) fn plan(batch: &TrainBatch, config: &TrainerConfig) -> Result<Plan> {
     order.sort_by_key(|&i| std::cmp::Reverse(len(i)));
     let budget = config.micro_batch_tokens.unwrap_or(usize::MAX).max(1);
     let rows = config.micro_batch_size.unwrap_or(usize::MAX).max(1);
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    while start < order.len() {
-        let width = len(order[start]);
-        let mut end = start + 1;
-        while end < order.len()
-            && end - start < rows
-            && (end - start + 1).saturating_mul(width) <= budget
-        {
-            end += 1;
+    let chunks = match layout {
+        Layout::Padded => {
+            let mut chunks = Vec::new();
+            let mut start = 0;
+            while start < order.len() {
+                let width = len(order[start]);
+                let mut end = start + 1;
+                while end < order.len()
+                    && end - start < rows
+                    && (end - start + 1).saturating_mul(width) <= budget
+                {
+                    end += 1;
+                }
+                chunks.push(order[start..end].to_vec());
+                start = end;
+            }
+            chunks
         }
-        chunks.push(order[start..end].to_vec());
-        start = end;
-    }
+        Layout::Packed => {
+            // The groups in the order of their longest sequences, each longest first.
+            let mut groups: Vec<Vec<usize>> = Vec::new();
+            let mut group_of: HashMap<&[u32], usize> = HashMap::new();
+            for &i in &order {
+                let g = *group_of
+                    .entry(seqs[i].prompt_ids.as_slice())
+                    .or_insert(groups.len());
+                if g == groups.len() {
+                    groups.push(Vec::new());
+                }
+                groups[g].push(i);
+            }
+            let mut chunks: Vec<Vec<usize>> = Vec::new();
+            let (mut chunk, mut tokens) = (Vec::new(), 0);
+            for group in &groups {
+                let mut in_chunk = 0;
+                for &i in group {
+                    // `fused::pack` computes all of a shared prompt of two tokens or more but its
+                    // last token once: each sequence after the first adds the rest.
+                    let shared = |n: usize| {
+                        if n > 0 {
+                            seqs[i].prompt_ids.len().saturating_sub(1)
+                        } else {
+                            0
+                        }
+                    };
+                    let mut cost = len(i) - shared(in_chunk);
+                    if !chunk.is_empty() && (chunk.len() == rows || tokens + cost > budget) {
+                        chunks.push(std::mem::take(&mut chunk));
+                        (tokens, in_chunk) = (0, 0);
+                        cost = len(i);
+                    }
+                    chunk.push(i);
+                    tokens += cost;
+                    in_chunk += 1;
+                }
+            }
+            if !chunk.is_empty() {
+                chunks.push(chunk);
+            }
+            for chunk in &mut chunks {
+                chunk.sort_by_key(|&i| (std::cmp::Reverse(len(i)), i));
+            }
+            chunks
+        }
+    };
     let sequences = order.len();
     Ok(Plan {
         chunks,
@@ -535,8 +602,8 @@ impl<M: Module> Core<M> {
     }
 
     /// [`plan`] of this replica's shard, with the group's denominators.
-    pub(crate) fn plan(&self, batch: &TrainBatch) -> Result<Plan> {
-        let mut plan = plan(batch, &self.config)?;
+    pub(crate) fn plan(&self, batch: &TrainBatch, layout: Layout) -> Result<Plan> {
+        let mut plan = plan(batch, &self.config, layout)?;
         if let Some(group) = &self.group {
             group.globalise(&mut plan)?;
         }
@@ -714,7 +781,7 @@ mod tests {
             micro_batch_tokens: Some(12),
             ..TrainerConfig::default()
         };
-        let p = plan(&batch, &cfg).unwrap();
+        let p = plan(&batch, &cfg, Layout::Padded).unwrap();
         assert_eq!(p.chunks, vec![vec![1], vec![3, 0], vec![4]]);
         assert_eq!(p.denominators, Denominators::global(15, 4));
         assert_eq!(p.max_response, 8);
@@ -724,8 +791,60 @@ mod tests {
             ..TrainerConfig::default()
         };
         assert_eq!(
-            plan(&batch, &cfg).unwrap().chunks,
+            plan(&batch, &cfg, Layout::Padded).unwrap().chunks,
             vec![vec![1, 3, 0], vec![4]]
+        );
+    }
+
+    /// Packed, a GRPO group's sequences go together and their prompt counts once; a batch that
+    /// fits in one micro-batch is the padded plan's.
+    #[test]
+    fn packed_plans_keep_a_prompts_sequences_together_and_count_it_once() {
+        let with_prompt = |id: u64, prompt: Vec<u32>, response: usize| TrainSequence {
+            prompt_ids: prompt,
+            ..seq(id, 1, response, true)
+        };
+        let (a, b, c) = (vec![1; 4], vec![2; 3], vec![3]);
+        let batch = TrainBatch::new(vec![
+            with_prompt(0, b.clone(), 1), // 4 tokens
+            with_prompt(1, a.clone(), 6), // 10
+            with_prompt(2, c, 3),         // 4
+            with_prompt(3, b, 5),         // 8
+            with_prompt(4, a, 2),         // 6
+        ])
+        .unwrap();
+        let cfg = |tokens: Option<usize>, rows: Option<usize>| TrainerConfig {
+            micro_batch_tokens: tokens,
+            micro_batch_size: rows,
+            ..TrainerConfig::default()
+        };
+        let chunks = |cfg: &TrainerConfig, layout| plan(&batch, cfg, layout).unwrap().chunks;
+        // 10 + (6 − 3) = 13 tokens for the first group; 8 + (4 − 2) for the second.
+        let budget = cfg(Some(13), None);
+        assert_eq!(
+            chunks(&budget, Layout::Packed),
+            vec![vec![1, 4], vec![3, 0], vec![2]]
+        );
+        // Padded, by length: each group cut in two.
+        assert_eq!(
+            chunks(&budget, Layout::Padded),
+            vec![vec![1], vec![3], vec![4, 0], vec![2]]
+        );
+        // One token fewer and the first group no longer fits: it fills one micro-batch after
+        // another, its second sequence alone (6 tokens, and the next group's 8 exceed 12).
+        assert_eq!(
+            chunks(&cfg(Some(12), None), Layout::Packed),
+            vec![vec![1], vec![4], vec![3, 0], vec![2]]
+        );
+        assert_eq!(
+            chunks(&cfg(None, Some(2)), Layout::Packed),
+            vec![vec![1, 4], vec![3, 0], vec![2]]
+        );
+        let whole = cfg(None, None);
+        assert_eq!(chunks(&whole, Layout::Packed), vec![vec![1, 3, 4, 0, 2]]);
+        assert_eq!(
+            chunks(&whole, Layout::Packed),
+            chunks(&whole, Layout::Padded)
         );
     }
 
@@ -761,7 +880,7 @@ mod tests {
     #[test]
     fn empty_prompt_is_an_error_naming_the_sample() {
         let batch = TrainBatch::new(vec![seq(9, 0, 2, true)]).unwrap();
-        let err = plan(&batch, &TrainerConfig::default()).unwrap_err();
+        let err = plan(&batch, &TrainerConfig::default(), Layout::Padded).unwrap_err();
         assert!(err.to_string().contains("sample#9"), "{err}");
     }
 }

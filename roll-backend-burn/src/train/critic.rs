@@ -236,8 +236,9 @@ impl CriticTrainer {
             ));
         }
         let model = self.core.module()?;
-        let plan = self.core.plan(batch)?;
-        let fused = match self.kernels() {
+        let kernels = self.kernels();
+        let plan = self.core.plan(batch, kernels.layout())?;
+        let fused = match kernels {
             TrainKernels::Auto => Some(fused::extract(&model.trunk, None)?),
             TrainKernels::Autodiff => None,
         };

@@ -401,14 +401,15 @@ impl Trainer {
                 .iter()
                 .map(|s| s.prompt_ids.len() + s.response_ids.len()),
         )?;
-        let plan = self.core.plan(batch)?;
+        let kernels = self.kernels();
+        let plan = self.core.plan(batch, kernels.layout())?;
         let mut objective = objective;
         if let LossAggregation::SeqMeanTokenSumNorm { horizon: None } = objective.loss_aggregation {
             objective.loss_aggregation = LossAggregation::SeqMeanTokenSumNorm {
                 horizon: Some(plan.max_response.max(1)),
             };
         }
-        let fused = match self.kernels() {
+        let fused = match kernels {
             TrainKernels::Auto => Some(fused::extract(model, self.take_packed())?),
             TrainKernels::Autodiff => None,
         };
