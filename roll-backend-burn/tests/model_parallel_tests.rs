@@ -743,7 +743,7 @@ fn tensor_parallel_training_steps_equal_the_whole_trainers_steps() {
 
 #[test]
 fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
-    // Micro-batches of at most 24 tokens: 3–4 per batch, so the schedule has a steady state. On
+    // Micro-batches of at most 16 tokens: 3–4 per batch, so the schedule has a steady state. On
     // the fused CPU path and on Burn's autodiff path (each stage block by block), where a
     // mixture of experts trains (its dense layer on stage 0, its mixture on stage 1).
     use TrainKernels::{Auto as Fused, Autodiff};
@@ -756,7 +756,7 @@ fn pipeline_parallel_training_steps_equal_the_whole_trainers_steps() {
         ("qwen3_moe", qwen3_moe(), 2, Autodiff),
     ] {
         let config = TrainerConfig {
-            micro_batch_tokens: Some(24),
+            micro_batch_tokens: Some(16),
             kernels,
             ..step_config()
         };
@@ -831,7 +831,7 @@ fn tensor_parallel_pipeline_stages_train_as_the_whole_trainer() {
         ("qwen3_moe", qwen3_moe(), Autodiff, Whole),
     ] {
         let config = TrainerConfig {
-            micro_batch_tokens: Some(24),
+            micro_batch_tokens: Some(16),
             kernels,
             ..step_config()
         };
