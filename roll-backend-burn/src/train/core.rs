@@ -192,16 +192,14 @@ pub(crate) fn plan(batch: &TrainBatch, config: &TrainerConfig, layout: Layout) -
             for group in &groups {
                 let mut in_chunk = 0;
                 for &i in group {
-                    // `fused::pack` computes all of a shared prompt of two tokens or more but its
-                    // last token once: each sequence after the first adds the rest.
-                    let shared = |n: usize| {
-                        if n > 0 {
-                            seqs[i].prompt_ids.len().saturating_sub(1)
-                        } else {
-                            0
-                        }
+                    // `fused::pack` computes all of a shared prompt but its last token once: each
+                    // sequence of the group after the first in a micro-batch adds the rest.
+                    let shared = seqs[i].prompt_ids.len().saturating_sub(1);
+                    let mut cost = if in_chunk > 0 {
+                        len(i) - shared
+                    } else {
+                        len(i)
                     };
-                    let mut cost = len(i) - shared(in_chunk);
                     if !chunk.is_empty() && (chunk.len() == rows || tokens + cost > budget) {
                         chunks.push(std::mem::take(&mut chunk));
                         (tokens, in_chunk) = (0, 0);
