@@ -137,6 +137,24 @@ fn mixed_batch(vocab: usize, pad_to: Option<usize>) -> TrainBatch {
 
 const MIXED_PROMPT: usize = 8;
 
+/// Every sequence's prompt and response tokens.
+fn real_tokens(batch: &TrainBatch) -> u64 {
+    batch
+        .sequences()
+        .iter()
+        .map(|s| (s.prompt_ids.len() + s.response_ids.len()) as u64)
+        .sum()
+}
+
+/// A trainer with the default config (its token budget among it) at a small learning rate.
+fn default_trainer(model: CausalLm, device: &Device) -> Trainer {
+    let config = TrainerConfig {
+        lr: 1e-6,
+        ..TrainerConfig::default()
+    };
+    Trainer::new(model, config, device).expect("trainer")
+}
+
 /// 8 prompts of 64 tokens, each with 8 responses of 16 to 240 tokens (every length, in an order
 /// that differs per prompt), all trained.
 fn grouped_batch(vocab: usize) -> TrainBatch {
@@ -314,17 +332,8 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     for (name, model) in &models {
         let b = grouped_batch(model.vocab_size());
-        let tokens: usize = b
-            .sequences()
-            .iter()
-            .map(|s| s.prompt_ids.len() + s.response_ids.len())
-            .sum();
-        group.throughput(Throughput::Elements(tokens as u64));
-        let config = TrainerConfig {
-            lr: 1e-6,
-            ..TrainerConfig::default()
-        };
-        let mut trainer = Trainer::new(model.clone(), config, &device).expect("trainer");
+        group.throughput(Throughput::Elements(real_tokens(&b)));
+        let mut trainer = default_trainer(model.clone(), &device);
         group.bench_function(*name, |bench| {
             bench.iter(|| trainer.step(&b, &objective).expect("train step"))
         });
@@ -336,17 +345,8 @@ fn bench(c: &mut Criterion) {
     for (name, model) in models {
         let vocab = model.vocab_size();
         let packed = mixed_batch(vocab, None);
-        let real: usize = packed
-            .sequences()
-            .iter()
-            .map(|s| s.prompt_ids.len() + s.response_ids.len())
-            .sum();
-        group.throughput(Throughput::Elements(real as u64));
-        let config = TrainerConfig {
-            lr: 1e-6,
-            ..TrainerConfig::default()
-        };
-        let mut trainer = Trainer::new(model, config, &device).expect("trainer");
+        group.throughput(Throughput::Elements(real_tokens(&packed)));
+        let mut trainer = default_trainer(model, &device);
         for (layout, b) in [
             ("packed", packed),
             ("padded", mixed_batch(vocab, Some(256))),
