@@ -90,9 +90,9 @@ pub struct Trainer {
     core: Core<CausalLm>,
     /// The frozen base on the plain device (LoRA only): the reference policy.
     base: Option<CausalLm>,
-    /// The model's weights in the CPU decoder's layout, packed for the inference engine at the
-    /// module's generation (the first): the fused forward's own packing of the same values
-    /// ([`Trainer::offer_packed`]).
+    /// The model's weights in the CPU decoder's layout as the inference engine was given them,
+    /// with the module's generation they were packed at: what the next fused forward reads
+    /// instead of packing the same values itself ([`Trainer::offer_packed`]).
     packed: Mutex<Option<(u64, Arc<CpuDecoder>)>>,
 }
 
