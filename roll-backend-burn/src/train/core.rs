@@ -7,6 +7,7 @@ use super::config::TrainerConfig;
 use super::group::{Group, Summed};
 use super::lora::TrainerRng;
 use super::schedule::lr_at;
+use crate::engine::cpu::computed_once;
 use crate::models::{PaddingSide, TokenBatch};
 use crate::{BackendError, Result};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
@@ -194,7 +195,7 @@ pub(crate) fn plan(batch: &TrainBatch, config: &TrainerConfig, layout: Layout) -
                 for &i in group {
                     // `fused::pack` computes all of a shared prompt but its last token once: each
                     // sequence of the group after the first in a micro-batch adds the rest.
-                    let shared = seqs[i].prompt_ids.len().saturating_sub(1);
+                    let shared = computed_once(&seqs[i].prompt_ids).len();
                     let mut cost = if in_chunk > 0 {
                         len(i) - shared
                     } else {

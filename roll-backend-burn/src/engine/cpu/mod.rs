@@ -151,6 +151,14 @@ pub(crate) use vectorized;
 /// fastest). The bits are the same in any grouping.
 const SCORE_TOKENS: usize = 512;
 
+/// The part of a prompt that the sequences sharing it compute once (CPU scoring, the fused
+/// training forward, the trainer's micro-batch plan): all of it but its last token, whose row
+/// predicts the first response token and so stays each sequence's own. Empty for a prompt of
+/// one token, which is then not shared.
+pub(crate) fn computed_once(prompt: &[u32]) -> &[u32] {
+    prompt.split_last().map_or(&[], |(_, before)| before)
+}
+
 /// Tokens whose logits exist at once in [`CpuDecoder::logprobs_at`]: `HEAD_COLS × vocab` floats.
 const HEAD_COLS: usize = 256;
 
@@ -689,14 +697,18 @@ impl CpuDecoder {
         let parent: Vec<Option<usize>> = (0..todo.len())
             .map(|k| {
                 let prompt = request.sequences[todo[k]].prompt_ids.as_slice();
-                if prompt.len() < 2 {
+                if computed_once(prompt).is_empty() {
                     return None;
                 }
                 let first = *first_with.entry(prompt).or_insert(k);
                 (first != k).then_some(first)
             })
             .collect();
-        let shared = |k: usize| parent[k].map_or(0, |_| prompt_len(k) - 1);
+        let shared = |k: usize| {
+            parent[k].map_or(0, |_| {
+                computed_once(&request.sequences[todo[k]].prompt_ids).len()
+            })
+        };
 
         // Pack the sequences, in order, into groups of at most `budget` computed tokens, cutting
         // a sequence where a group fills up.

@@ -54,6 +54,7 @@ pub(crate) use model::{
 pub(crate) use weights::{Weights, extract, vector};
 
 use super::{TrainKernels, TrainerConfig};
+use crate::engine::cpu::computed_once;
 use crate::{BackendError, CausalLm, Device, Result};
 use burn::tensor::{Tensor, TensorData};
 use roll_core::TrainSequence;
@@ -100,16 +101,16 @@ pub(crate) fn pack(seqs: &[&TrainSequence]) -> Packed {
     for s in seqs {
         let prompt = s.prompt_ids.as_slice();
         let full = || [prompt, s.response_ids.as_slice()].concat();
-        let shared = sharing.get(prompt).is_some_and(|&n| n >= 2);
-        let Some((last, before)) = prompt.split_last().filter(|(_, b)| shared && !b.is_empty())
-        else {
+        let before = computed_once(prompt);
+        if before.is_empty() || sharing.get(prompt).is_none_or(|&n| n < 2) {
             packed.push(&full(), prompt.len());
             continue;
-        };
+        }
+        let last = &prompt[before.len()..];
         let parent = *prompts
             .entry(prompt)
             .or_insert_with(|| packed.push(before, before.len()));
-        let own = [std::slice::from_ref(last), s.response_ids.as_slice()].concat();
+        let own = [last, s.response_ids.as_slice()].concat();
         if packed.push_after(parent, &own, 1).is_none() {
             packed.push(&full(), prompt.len());
         }
