@@ -21,10 +21,13 @@
 //! build time (Debian: `apt-get install openmpi-bin libopenmpi-dev libclang-dev`); without it
 //! the crate is empty and a plain workspace build needs no system library.
 //!
-//! Every rank must make the same collective calls in the same order. MPI is initialised for calls
-//! from any thread one at a time (`MPI_THREAD_SERIALIZED`): a lock in `MpiWorld` serialises
-//! them, but a rank's collectives should still come from the one thread that drives its replica,
-//! or two threads' calls interleave in an order the other ranks do not share.
+//! Every rank must make the same collective calls in the same order, on each communicator. MPI is
+//! initialised for calls from any threads at once (`MPI_THREAD_MULTIPLE`) where the library
+//! offers it, else one at a time (`MPI_THREAD_SERIALIZED`, a lock in `MpiWorld` taking them in
+//! turn). Either way a group's collectives should come from the one thread that drives its
+//! replica, or two threads' calls interleave in an order the other ranks do not share; a second
+//! thread of every rank (the inference engines of expert-parallel training ranks) makes its own
+//! on a channel (`Messenger::channel`), which needs `MPI_THREAD_MULTIPLE`.
 //!
 //! Running as root (containers, CI), OpenMPI refuses to start without `--allow-run-as-root` (or
 //! `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1` in the environment); with more
@@ -43,4 +46,4 @@
 mod world;
 
 #[cfg(feature = "mpi")]
-pub use world::{MpiGroup, MpiReplica, MpiWorld};
+pub use world::{MpiChannel, MpiGroup, MpiReplica, MpiWorld};

@@ -21,13 +21,17 @@ const MESSAGE_TAG: i32 = 7;
 const FIRST_PROBE: Duration = Duration::from_micros(10);
 const LAST_PROBE: Duration = Duration::from_millis(1);
 
-/// This process's membership of the MPI job: MPI initialised (once per process, with calls
-/// from any one thread at a time), the world's size and this process's rank. MPI is finalised
-/// when the last handle (this and every [`MpiReplica`]) is dropped.
+/// This process's membership of the MPI job: MPI initialised (once per process, for calls from
+/// any thread), the world's size and this process's rank. MPI is finalised when the last handle
+/// (this and every [`MpiReplica`], group and channel) is dropped.
 pub struct MpiWorld {
     universe: Universe,
-    /// MPI was initialised for calls from any thread, one at a time: this is that "one".
-    calls: Mutex<()>,
+    /// Where the library takes calls from one thread at a time only (`MPI_THREAD_SERIALIZED`),
+    /// the right to make one; `None` where it takes them from any threads at once
+    /// (`MPI_THREAD_MULTIPLE`).
+    calls: Option<Mutex<()>>,
+    /// Channels made over each set of members ([`MpiWorld::channel`]).
+    channels: Mutex<std::collections::HashMap<Vec<i32>, u64>>,
     rank: usize,
     size: usize,
 }
@@ -46,25 +50,36 @@ fn strategy_error(message: String) -> Error {
 }
 
 impl MpiWorld {
-    /// Initialises MPI for this process (`MPI_Init_thread`).
+    /// Initialises MPI for this process (`MPI_Init_thread`), asking for calls from any threads
+    /// at once (`MPI_THREAD_MULTIPLE`, which OpenMPI and MPICH offer): the engines of training
+    /// ranks then step together on [channels](Messenger::channel) of their own beside their
+    /// trainers. A library that offers calls from one thread at a time only
+    /// (`MPI_THREAD_SERIALIZED`) serves everything else: a lock here takes the calls in turn,
+    /// and [`Messenger::channel`] is refused.
     ///
     /// # Errors
     /// [`Error::Strategy`] when MPI was already initialised in this process, or when the library
-    /// cannot take calls from several threads one at a time (`MPI_THREAD_SERIALIZED`): roll's
-    /// trainers run on worker threads.
+    /// cannot take calls from several threads even one at a time: roll's trainers run on worker
+    /// threads.
     pub fn init() -> Result<Arc<Self>> {
-        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
             .ok_or_else(|| strategy_error("MPI is already initialised in this process".into()))?;
-        if matches!(threading, Threading::Single | Threading::Funneled) {
-            return Err(strategy_error(format!(
-                "the MPI library offers {threading:?} threading; roll needs Serialized or Multiple"
-            )));
-        }
+        let calls = match threading {
+            Threading::Multiple => None,
+            Threading::Serialized => Some(Mutex::new(())),
+            Threading::Single | Threading::Funneled => {
+                return Err(strategy_error(format!(
+                    "the MPI library offers {threading:?} threading; roll needs Serialized or \
+                     Multiple"
+                )));
+            }
+        };
         let world = universe.world();
         let (rank, size) = (world.rank(), world.size());
         Ok(Arc::new(Self {
             universe,
-            calls: Mutex::new(()),
+            calls,
+            channels: Mutex::default(),
             rank: usize::try_from(rank).unwrap_or(0),
             size: usize::try_from(size).unwrap_or(1),
         }))
@@ -89,12 +104,59 @@ impl MpiWorld {
         }
     }
 
-    /// The world communicator, while holding the right to call MPI.
-    fn call(&self) -> (MutexGuard<'_, ()>, SimpleCommunicator) {
+    /// Whether the library takes calls from several threads at once (`MPI_THREAD_MULTIPLE`).
+    pub fn concurrent(&self) -> bool {
+        self.calls.is_none()
+    }
+
+    /// The right to call MPI: a turn where calls are taken one at a time, nothing otherwise.
+    fn turn(&self) -> Option<MutexGuard<'_, ()>> {
         // A poisoned lock only means another thread panicked between two MPI calls: MPI's state
         // is not behind it.
-        let guard = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        (guard, self.universe.world())
+        self.calls
+            .as_ref()
+            .map(|calls| calls.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The world communicator, with the right to call MPI.
+    fn call(&self) -> (Option<MutexGuard<'_, ()>>, SimpleCommunicator) {
+        (self.turn(), self.universe.world())
+    }
+
+    /// A channel over `members` (ranks of the job, ascending, this one among them), the
+    /// members' `made`-th (each member counts the channels it made over them, so all agree).
+    fn channel(
+        self: &Arc<Self>,
+        members: &[i32],
+        rank: usize,
+        device: DeviceSpec,
+    ) -> Result<Arc<dyn Messenger>> {
+        if !self.concurrent() {
+            return Err(strategy_error(
+                "a channel beside a group needs an MPI library that takes calls from several \
+                 threads at once (MPI_THREAD_MULTIPLE); this one takes them one at a time \
+                 (OpenMPI: built with --enable-mpi-thread-multiple, the default since 3.0)"
+                    .into(),
+            ));
+        }
+        let made = {
+            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let made = channels.entry(members.to_vec()).or_insert(0);
+            *made += 1;
+            *made
+        };
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&(members, made), &mut hasher);
+        let hash = std::hash::Hasher::finish(&hasher);
+        let pick = |tags: &std::ops::Range<i32>| tags.start + (hash % tags.len() as u64) as i32;
+        Ok(Arc::new(MpiChannel {
+            world: self.clone(),
+            members: members.into(),
+            rank,
+            device,
+            tag: pick(&CHANNEL_TAGS),
+            message_tag: pick(&GROUP_TAGS),
+        }))
     }
 }
 
@@ -116,16 +178,21 @@ pub struct MpiReplica {
 /// must never match roll's).
 const SUBGROUP_TAG: i32 = 8;
 
+/// The tags `MPI_Comm_create_group` uses for channels' communicators, one per channel: not
+/// [`SUBGROUP_TAG`], so that a channel's collective on one thread never meets a group's on
+/// another (MPI tells concurrent creations apart by their tags), and below the messages' tags.
+const CHANNEL_TAGS: std::ops::Range<i32> = 10..100;
+
 /// The tags of sub-groups' messages, one per group (by its members): above roll's other tags
 /// and below 32767, the least upper bound MPI guarantees.
 const GROUP_TAGS: std::ops::Range<i32> = 100..32_000;
 
-/// A collective over the whole job (`members` `None`) or over some of its ranks (ascending),
-/// with the right to call MPI held. For some ranks, a communicator over them is made for the
-/// call (`MPI_Comm_create_group`, among the members alone) and freed after it: a communicator is
-/// not `Send`, so it cannot be kept by a strategy that any thread may use. That costs ~15 µs
-/// between two processes here, 20 times a one-float all-reduce; a group of every rank uses the
-/// world's communicator instead.
+/// A collective over the whole job, some of its ranks (ascending) or a channel's, with the
+/// right to call MPI held. For some ranks, and for every channel, a communicator over them is
+/// made for the call (`MPI_Comm_create_group`, among the members alone) and freed after it: a
+/// communicator is not `Send`, so it cannot be kept by a strategy that any thread may use. That
+/// costs ~15 µs between two processes here, 20 times a one-float all-reduce; a group of every
+/// rank uses the world's communicator instead.
 ///
 /// (Keeping each group's communicator on a thread that makes every MPI call of the process was
 /// measured and not kept: handing each call to that thread cost more than it saved — one-float
@@ -133,27 +200,38 @@ const GROUP_TAGS: std::ops::Range<i32> = 100..32_000;
 /// processes, and 7.9 → 70.6 µs and 105 → 112 µs among four processes on two cores.)
 fn collective<T>(
     world: &MpiWorld,
-    members: Option<&[i32]>,
+    over: Over<'_>,
     body: impl FnOnce(&SimpleCommunicator) -> Result<T>,
 ) -> Result<T> {
     let (_call, comm) = world.call();
-    match members {
-        None => body(&comm),
+    let (members, tag) = match over {
+        Over::World => return body(&comm),
         // Every rank of the job, ascending: their ranks in the group are their ranks in the job.
-        Some(members) if members.len() == world.size => body(&comm),
-        Some(members) => {
-            let group = comm.group().include(members);
-            let sub = comm
-                .split_by_subgroup_with_tag(&group, SUBGROUP_TAG)
-                .ok_or_else(|| {
-                    strategy_error(format!(
-                        "rank {} is not a member of the group {members:?}",
-                        world.rank
-                    ))
-                })?;
-            body(&sub)
-        }
-    }
+        Over::Group(members) if members.len() == world.size => return body(&comm),
+        Over::Group(members) => (members, SUBGROUP_TAG),
+        Over::Channel { members, tag } => (members, tag),
+    };
+    let group = comm.group().include(members);
+    let sub = comm
+        .split_by_subgroup_with_tag(&group, tag)
+        .ok_or_else(|| {
+            strategy_error(format!(
+                "rank {} is not a member of the group {members:?}",
+                world.rank
+            ))
+        })?;
+    body(&sub)
+}
+
+/// The ranks a collective is among.
+#[derive(Clone, Copy)]
+enum Over<'a> {
+    /// Every rank of the job, on the world's communicator.
+    World,
+    /// A group of ranks of the job (ascending).
+    Group(&'a [i32]),
+    /// A channel's ranks of the job (ascending), on a communicator made with its tag.
+    Channel { members: &'a [i32], tag: i32 },
 }
 
 /// Element-wise reduction of `values` over the ranks of `comm` (`size` of them).
@@ -261,7 +339,7 @@ impl Strategy for MpiReplica {
         if self.world.size == 1 {
             return Ok(());
         }
-        collective(&self.world, None, |comm| {
+        collective(&self.world, Over::World, |comm| {
             all_reduce_on(comm, values, op);
             Ok(())
         })
@@ -272,12 +350,14 @@ impl Strategy for MpiReplica {
         if self.world.size == 1 {
             return Ok(());
         }
-        collective(&self.world, None, |comm| broadcast_on(comm, bytes, root))
+        collective(&self.world, Over::World, |comm| {
+            broadcast_on(comm, bytes, root)
+        })
     }
 
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         roll_core::strategy::check_parts(send.len(), self.world.size)?;
-        collective(&self.world, None, |comm| all_to_all_on(comm, send))
+        collective(&self.world, Over::World, |comm| all_to_all_on(comm, send))
     }
 
     fn abort(&self, reason: &str) {
@@ -324,7 +404,7 @@ impl Strategy for MpiGroup {
         if self.size == 1 {
             return Ok(());
         }
-        collective(&self.world, Some(&self.members), |comm| {
+        collective(&self.world, Over::Group(&self.members), |comm| {
             all_reduce_on(comm, values, op);
             Ok(())
         })
@@ -335,14 +415,14 @@ impl Strategy for MpiGroup {
         if self.size == 1 {
             return Ok(());
         }
-        collective(&self.world, Some(&self.members), |comm| {
+        collective(&self.world, Over::Group(&self.members), |comm| {
             broadcast_on(comm, bytes, root)
         })
     }
 
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         roll_core::strategy::check_parts(send.len(), self.size)?;
-        collective(&self.world, Some(&self.members), |comm| {
+        collective(&self.world, Over::Group(&self.members), |comm| {
             all_to_all_on(comm, send)
         })
     }
@@ -359,23 +439,30 @@ impl MpiReplica {
     }
 }
 
-/// Sends `bytes` to rank `to` of the job with `tag`.
-fn send_tagged(world: &MpiWorld, to: i32, tag: i32, bytes: &[u8]) -> Result<()> {
+/// Sends `bytes` to rank `to` of `comm` with `tag`.
+fn send_tagged(
+    world: &MpiWorld,
+    comm: &SimpleCommunicator,
+    to: i32,
+    tag: i32,
+    bytes: &[u8],
+) -> Result<()> {
     if i32::try_from(bytes.len()).is_err() {
         return Err(strategy_error(format!(
             "a message of {} bytes: MPI counts are 32-bit, send it in parts below 2 GiB",
             bytes.len()
         )));
     }
-    let (_call, comm) = world.call();
+    let _turn = world.turn();
     comm.process_at_rank(to).send_with_tag(bytes, tag);
     Ok(())
 }
 
-/// The next message with `tag` from rank `from` of the job, probing at growing intervals until
+/// The next message with `tag` from rank `from` of `comm`, probing at growing intervals until
 /// `timeout`.
 fn receive_tagged(
     world: &MpiWorld,
+    comm: &SimpleCommunicator,
     from: i32,
     tag: i32,
     timeout: Duration,
@@ -384,7 +471,7 @@ fn receive_tagged(
     let mut pause = FIRST_PROBE;
     loop {
         {
-            let (_call, comm) = world.call();
+            let _turn = world.turn();
             if let Some((message, status)) = comm
                 .process_at_rank(from)
                 .immediate_matched_probe_with_tag(tag)
@@ -449,12 +536,28 @@ impl Messenger for MpiReplica {
 
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let to = self.peer(to, "message receiver")?;
-        send_tagged(&self.world, to, MESSAGE_TAG, bytes)
+        send_tagged(
+            &self.world,
+            &self.world.universe.world(),
+            to,
+            MESSAGE_TAG,
+            bytes,
+        )
     }
 
     fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
         let from = self.peer(from, "message sender")?;
-        receive_tagged(&self.world, from, MESSAGE_TAG, timeout)
+        let world = self.world.universe.world();
+        receive_tagged(&self.world, &world, from, MESSAGE_TAG, timeout)
+    }
+
+    /// A communicator of every rank's own (`MPI_Comm_create_group` over the world's ranks),
+    /// kept for the channel's life.
+    fn channel(&self) -> Result<Arc<dyn Messenger>> {
+        let members: Vec<i32> = (0..self.world.size)
+            .map(|m| self.peer(m, "channel member"))
+            .collect::<Result<_>>()?;
+        self.world.channel(&members, self.world.rank, self.device)
     }
 }
 
@@ -472,11 +575,148 @@ impl Messenger for MpiGroup {
 
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         check_rank(to, self.size, "message receiver")?;
-        send_tagged(&self.world, self.members[to], self.tag, bytes)
+        let world = self.world.universe.world();
+        send_tagged(&self.world, &world, self.members[to], self.tag, bytes)
     }
 
     fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
         check_rank(from, self.size, "message sender")?;
-        receive_tagged(&self.world, self.members[from], self.tag, timeout)
+        let world = self.world.universe.world();
+        receive_tagged(&self.world, &world, self.members[from], self.tag, timeout)
+    }
+
+    /// A communicator of the members' own, kept for the channel's life.
+    fn channel(&self) -> Result<Arc<dyn Messenger>> {
+        self.world.channel(&self.members, self.rank, self.device)
+    }
+}
+
+/// Some ranks of the job (or all) on a channel of their own (see [`Messenger::channel`]):
+/// collectives and messages that never meet those of any group over the same ranks, so that
+/// another thread of each rank may make them at the same time.
+///
+/// Each collective makes a communicator among the members (`MPI_Comm_create_group`) with the
+/// channel's own tag, as a group of some ranks does with the groups' tag, and frees it after the
+/// call — even over every rank of the job, where a group uses the world's communicator: the
+/// world's may be busy on another thread. (Keeping one communicator for the channel's life would
+/// save that ~15 µs a call, but the `mpi` crate's communicators may not move between threads,
+/// and this workspace allows no `unsafe` to vouch that MPI's may.)
+pub struct MpiChannel {
+    world: Arc<MpiWorld>,
+    /// Ranks of the job, ascending.
+    members: Arc<[i32]>,
+    rank: usize,
+    device: DeviceSpec,
+    /// The tag its communicators are made with (in [`CHANNEL_TAGS`]).
+    tag: i32,
+    /// The tag of its messages (in [`GROUP_TAGS`]).
+    message_tag: i32,
+}
+
+impl std::fmt::Debug for MpiChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiChannel")
+            .field("members", &self.members)
+            .field("rank", &self.rank)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MpiChannel {
+    /// `body` on a communicator of the channel's, with the right to call MPI.
+    fn on<T>(&self, body: impl FnOnce(&SimpleCommunicator) -> Result<T>) -> Result<T> {
+        collective(
+            &self.world,
+            Over::Channel {
+                members: &self.members,
+                tag: self.tag,
+            },
+            body,
+        )
+    }
+}
+
+impl Strategy for MpiChannel {
+    fn name(&self) -> String {
+        format!(
+            "mpi(rank {} of channel {:?}, {})",
+            self.rank, self.members, self.device
+        )
+    }
+
+    fn devices(&self) -> Vec<DeviceSpec> {
+        vec![self.device]
+    }
+
+    fn world_size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()> {
+        self.on(|comm| {
+            all_reduce_on(comm, values, op);
+            Ok(())
+        })
+    }
+
+    fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
+        check_rank(root, self.members.len(), "broadcast root")?;
+        self.on(|comm| broadcast_on(comm, bytes, root))
+    }
+
+    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        roll_core::strategy::check_parts(send.len(), self.members.len())?;
+        self.on(|comm| all_to_all_on(comm, send))
+    }
+
+    fn abort(&self, reason: &str) {
+        abort_job(&self.world, reason);
+    }
+}
+
+/// Messages between the members' processes with the channel's own tag.
+impl Messenger for MpiChannel {
+    /// Members are ranks of this channel; the sub-group's collectives run on the world's
+    /// communicator as any group's do.
+    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>> {
+        roll_core::strategy::check_members(members, self.members.len())?;
+        let of_job: Vec<usize> = members
+            .iter()
+            .map(|&m| usize::try_from(self.members[m]).unwrap_or(usize::MAX))
+            .collect();
+        group_of(&self.world, &of_job, self.device)
+    }
+
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
+        check_rank(to, self.members.len(), "message receiver")?;
+        let world = self.world.universe.world();
+        send_tagged(
+            &self.world,
+            &world,
+            self.members[to],
+            self.message_tag,
+            bytes,
+        )
+    }
+
+    fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        check_rank(from, self.members.len(), "message sender")?;
+        let world = self.world.universe.world();
+        receive_tagged(
+            &self.world,
+            &world,
+            self.members[from],
+            self.message_tag,
+            timeout,
+        )
+    }
+
+    /// A channel of the same members, made on the world's communicator.
+    fn channel(&self) -> Result<Arc<dyn Messenger>> {
+        self.world.channel(&self.members, self.rank, self.device)
     }
 }

@@ -24,7 +24,7 @@ fn check_on(ranks: usize) {
     for rank in 0..ranks {
         assert!(
             stdout.contains(&format!(
-                "rank {rank} of {ranks}: collectives ok, messages ok, sub-group ok"
+                "rank {rank} of {ranks}: collectives ok, messages ok, sub-group ok, channel ok"
             )),
             "{stdout}\n{stderr}"
         );

@@ -377,6 +377,14 @@ impl Messenger for LocalReplica {
         }
     }
 
+    /// A group of every member, made as [`Messenger::subgroup`] makes one: a new group with
+    /// collectives and mail of its own.
+    fn channel(&self) -> Result<Arc<dyn Messenger>> {
+        let all: Vec<usize> = (0..self.world_size()).collect();
+        self.subgroup(&all)?
+            .ok_or_else(|| Error::Strategy("a replica is not a member of its own group".into()))
+    }
+
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
         let group = &self.group;
         group.check_rank(to, "message receiver")?;
@@ -623,6 +631,44 @@ mod tests {
         assert!(out.iter().all(|o| o.1 == 4.0));
         for bad in [&[][..], &[2, 0], &[0, 4], &[1, 1]] {
             assert!(ranks[0].subgroup(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_channel_serves_a_second_thread_of_every_rank_beside_the_group() {
+        let ranks = LocalGroup::replicas(vec![DeviceSpec::Cpu; 2]).unwrap();
+        let out = on_each(&ranks, |r| {
+            let channel = r.channel().unwrap();
+            assert_eq!((channel.rank(), channel.world_size()), (r.rank(), 2));
+            // Rank 0's group waits for rank 1's group broadcast, which rank 1 makes only after
+            // twenty reductions on the channel that both ranks' second threads take part in:
+            // one shared queue of collectives would deadlock here.
+            std::thread::scope(|s| {
+                let beside = s.spawn(|| {
+                    let mut sums = Vec::new();
+                    for i in 0..20 {
+                        let mut v = [(r.rank() + i) as f32];
+                        channel.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+                        sums.push(v[0]);
+                    }
+                    sums
+                });
+                if r.rank() == 1 {
+                    while !beside.is_finished() {
+                        std::thread::yield_now();
+                    }
+                }
+                let mut bytes = if r.rank() == 1 { vec![7] } else { Vec::new() };
+                r.broadcast(&mut bytes, 1).unwrap();
+                (beside.join().unwrap(), bytes)
+            })
+        });
+        for (sums, bytes) in &out {
+            assert_eq!(
+                sums,
+                &(0..20).map(|i| (2 * i + 1) as f32).collect::<Vec<_>>()
+            );
+            assert_eq!(bytes, &[7]);
         }
     }
 

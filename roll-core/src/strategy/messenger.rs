@@ -52,6 +52,17 @@ pub trait Messenger: Strategy {
     /// # Errors
     /// Members that are not distinct ascending ranks of the job, or a failed collective.
     fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>>;
+
+    /// The same ranks on a channel of their own: its collectives and messages never meet this
+    /// group's, so that one thread of each rank may use it while another uses the group — how
+    /// the inference engines of training ranks step together (expert-parallel generation beside
+    /// the trainers) while their trainers wait for, or make, collectives of their own. Every
+    /// rank of the group calls it, as a collective; each call makes a new channel.
+    ///
+    /// # Errors
+    /// A transport that cannot serve two threads at once (an MPI library without
+    /// `MPI_THREAD_MULTIPLE`), or a failed collective.
+    fn channel(&self) -> Result<Arc<dyn Messenger>>;
 }
 
 /// Checks the members of a sub-group ([`Messenger::subgroup`]): distinct ranks of a job of

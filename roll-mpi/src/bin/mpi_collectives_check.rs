@@ -1,6 +1,7 @@
 //! Run under `mpirun -np N`: every collective of [`roll_mpi::MpiReplica`] against values worked
 //! out by hand (all-reduce, broadcast, all-to-all), its point-to-point messages and a
-//! sub-group's collectives. Prints `rank R of N: collectives ok, messages ok, sub-group ok` and
+//! sub-group's collectives, and a channel's collectives and messages on a second thread beside
+//! the job's. Prints `rank R of N: collectives ok, messages ok, sub-group ok, channel ok` and
 //! exits 0, or says what differed and exits 1.
 
 use roll_core::strategy::{DeviceSpec, Messenger, ReduceOp, Strategy};
@@ -70,6 +71,7 @@ fn check() -> Result<String, String> {
     }
     messages(&me)?;
     subgroups(&me)?;
+    channel(&me)?;
     let n = me.world_size();
     // Rank s sends rank d `s` copies of `10s + d` (rank 0 sends nothing).
     let send = (0..n)
@@ -85,7 +87,7 @@ fn check() -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "rank {} of {}: collectives ok, messages ok, sub-group ok",
+        "rank {} of {}: collectives ok, messages ok, sub-group ok, channel ok",
         me.rank(),
         me.world_size()
     ))
@@ -182,4 +184,61 @@ fn subgroup(me: &roll_mpi::MpiReplica, members: &[usize]) -> Result<(), String> 
         ));
     }
     Ok(())
+}
+
+/// Every rank's second thread reduces twenty times on a channel of the whole job and exchanges a
+/// message on it, while the first waits in a broadcast of the job's that the last rank roots
+/// only once its own second thread is done: under one queue of calls per process (or on one
+/// communicator) the ranks would wait for each other for ever.
+fn channel(me: &roll_mpi::MpiReplica) -> Result<(), String> {
+    let err = |e: roll_core::Error| e.to_string();
+    let channel = me.channel().map_err(err)?;
+    let (rank, n) = (me.rank(), me.world_size());
+    let root = n - 1;
+    std::thread::scope(|s| {
+        let beside = s.spawn(|| -> Result<(), String> {
+            for i in 0..20 {
+                let mut v = [(rank + i) as f32];
+                channel.all_reduce(&mut v, ReduceOp::Sum).map_err(err)?;
+                let want = (n * (n - 1) / 2 + n * i) as f32;
+                if v[0] != want {
+                    return Err(format!("rank {rank}: the channel summed {v:?}, not {want}"));
+                }
+            }
+            // A message from the last rank to the first on the channel, which the job's own
+            // receive does not see.
+            if n > 1 && rank == root {
+                channel.send(0, b"on the channel").map_err(err)?;
+            }
+            if n > 1 && rank == 0 {
+                let got = channel
+                    .receive(root, Duration::from_secs(60))
+                    .map_err(err)?;
+                if got.as_deref() != Some(&b"on the channel"[..]) {
+                    return Err(format!("rank 0: the channel delivered {got:?}"));
+                }
+            }
+            Ok(())
+        });
+        if rank == root {
+            while !beside.is_finished() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let mut bytes = if rank == root {
+            b"after".to_vec()
+        } else {
+            Vec::new()
+        };
+        me.broadcast(&mut bytes, root).map_err(err)?;
+        beside
+            .join()
+            .map_err(|_| format!("rank {rank}: the channel's thread panicked"))??;
+        if bytes != b"after" {
+            return Err(format!(
+                "rank {rank}: the broadcast beside the channel gave {bytes:?}"
+            ));
+        }
+        Ok(())
+    })
 }
