@@ -95,7 +95,11 @@ const SLICED: PartKind = PartKind::Tensor {
 };
 
 fn trained(steps: usize) -> Vec<Followed> {
-    vec![Followed::Trained { steps, part: None }]
+    vec![Followed::Trained {
+        steps,
+        part: None,
+        engine: None,
+    }]
 }
 
 /// The run in one process, on `out_dir(name)`: that directory, its step reports and final
@@ -245,7 +249,8 @@ async fn a_disaggregated_run_trains_as_one_process_and_its_rollout_ranks_follow_
         served[0],
         Followed::Trained {
             steps: 2,
-            part: None
+            part: None,
+            engine: None,
         }
     );
     assert!(matches!(
@@ -326,6 +331,7 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
             let expected = Followed::Trained {
                 steps: 1,
                 part: Some(kind),
+                engine: None,
             };
             assert_eq!(
                 served,
@@ -341,6 +347,7 @@ async fn runs_whose_ranks_hold_parts_of_the_actor_train_as_one_process() {
                 **f == Followed::Trained {
                     steps: 2,
                     part: Some(kind),
+                    engine: None,
                 }
             })
             .count();
@@ -387,7 +394,11 @@ async fn pipelines_whose_stages_divide_their_experts_train_as_one_process() {
             &reports,
             &["actor/trained_tokens", "actor/sequences"],
         );
-        let trained = Followed::Trained { steps: 2, part };
+        let trained = Followed::Trained {
+            steps: 2,
+            part,
+            engine: None,
+        };
         assert_eq!(served, vec![trained; ranks - 1]);
         let worst = max_param_diff(&alone_model, &model);
         assert!(
@@ -400,7 +411,14 @@ async fn pipelines_whose_stages_divide_their_experts_train_as_one_process() {
     let (parts, resumed, served) = stopped_and_resumed(&out, 4, &overrides, moe).await;
     outs.push(out);
     assert_eq!(parts, 4, "every rank wrote its part");
-    assert_eq!(served, [Followed::Trained { steps: 1, part }; 3]);
+    assert_eq!(
+        served,
+        [Followed::Trained {
+            steps: 1,
+            part,
+            engine: None,
+        }; 3]
+    );
     let worst = max_param_diff(&alone_model, &resumed);
     assert!(worst <= 1e-5, "resumed differs from one process by {worst}");
     for out in outs {
@@ -477,7 +495,11 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             &["actor/trained_tokens", "actor/sequences"],
         );
         let part = Some(part);
-        let trained = Followed::Trained { steps: 2, part };
+        let trained = Followed::Trained {
+            steps: 2,
+            part,
+            engine: None,
+        };
         assert_eq!(served, vec![trained; ranks - 1], "{name}");
         let worst = max_param_diff(&alone_model, &model);
         assert!(worst <= 1e-5, "{name} differs from one process by {worst}");
@@ -489,7 +511,15 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             let (parts, resumed, served) = stopped_and_resumed(&out, 2, extra, moe).await;
             outs.push(out);
             assert_eq!(parts, 2, "{name}: every rank wrote its part");
-            assert_eq!(served, [Followed::Trained { steps: 1, part }], "{name}");
+            assert_eq!(
+                served,
+                [Followed::Trained {
+                    steps: 1,
+                    part,
+                    engine: None,
+                }],
+                "{name}"
+            );
             let worst = max_param_diff(&alone_model, &resumed);
             assert!(worst <= 1e-5, "{name} resumed differs by {worst}");
         }
@@ -508,6 +538,7 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
     let trained = Followed::Trained {
         steps: 2,
         part: Some(PartKind::Experts),
+        engine: None,
     };
     assert_eq!(served[0], trained, "{served:?}");
     assert!(
@@ -562,6 +593,69 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
             "{s:?}"
         );
     }
+    // Colocated, the two training ranks generate together (`rollout.expert_parallel = 2`):
+    // rank 0's engine takes every request on its own block of the experts, rank 1's serves its
+    // block's share of those tokens, and after each step each syncs from its own trainer. The
+    // same samples and rewards, and the same weights, as one process; rank 1's engine took part
+    // in the steps and followed every weight version.
+    let generating = ["model.expert_parallel=2", "rollout.expert_parallel=2"];
+    let out = out_dir("moe-experts-generating");
+    let (reports, model, served) = led_run(moe_config(&dir, &out, &generating), 2).await;
+    outs.push(out);
+    same_steps(
+        &alone_reports,
+        &reports,
+        &["actor/trained_tokens", "actor/sequences", "reward/mean"],
+    );
+    for step in &reports {
+        let gap = step.metrics["actor/train_infer_logprob_gap"];
+        assert!(
+            gap <= 1e-5,
+            "the divided engines' log-probs are {gap} off: {step}"
+        );
+    }
+    let worst = max_param_diff(&alone_model, &model);
+    assert!(
+        worst <= 1e-5,
+        "generating with divided experts: differs by {worst}"
+    );
+    let [
+        Followed::Trained {
+            steps: 2,
+            part: Some(PartKind::Experts),
+            engine: Some(engine),
+        },
+    ] = served[..]
+    else {
+        panic!("rank 1 did not train and generate: {served:?}");
+    };
+    assert_eq!(engine.version, WeightVersion(2), "{engine:?}");
+    assert!(
+        engine.steps > 0,
+        "rank 1's engine never stepped: {engine:?}"
+    );
+    // Asynchronously (generation up to a version ahead): each rank's engine steps over its
+    // channel while its trainer exchanges tokens of its own over the copy's group.
+    let out = out_dir("moe-experts-generating-async");
+    let overrides = [
+        &generating[..],
+        &["rollout.max_staleness=1", "run.max_steps=4"],
+    ]
+    .concat();
+    let (reports, _, served) = led_run(moe_config(&dir, &out, &overrides), 2).await;
+    outs.push(out);
+    assert_eq!(reports.len(), 4);
+    assert!(
+        reports
+            .iter()
+            .any(|s| s.metrics["rollout/staleness_1"] > 0.0),
+        "no sample came from the version before"
+    );
+    assert!(
+        matches!(served[..], [Followed::Trained { steps: 4, engine: Some(e), .. }]
+            if e.version == WeightVersion(4)),
+        "{served:?}"
+    );
     // Two copies of the two blocks of experts over four training ranks, the experts' gradients
     // summed over the ranks holding the same block; stopped after a step and resumed (the
     // first copy writes the parts, both read them).
@@ -666,7 +760,15 @@ async fn a_run_with_sft_fine_tunes_across_ranks_then_trains_rl_as_one_process() 
             (summary, model, served) = led_run_of(build_sft(config.clone()), config, 2).await;
             steps = 3;
         }
-        assert_eq!(served, vec![Followed::Trained { steps, part }], "{name}");
+        assert_eq!(
+            served,
+            vec![Followed::Trained {
+                steps,
+                part,
+                engine: None,
+            }],
+            "{name}"
+        );
         let sft = summary.sft.clone().expect("an SFT stage");
         assert_eq!(sft.steps, alone_sft.steps, "{name}");
         let loss_gap = (sft.eval_loss - alone_sft.eval_loss).abs();

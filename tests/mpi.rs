@@ -18,7 +18,11 @@
 //! 4. runs two GRPO steps of a Qwen3-MoE over the three ranks, data parallel with its experts
 //!    whole, with its experts divided among the ranks (`model.expert_parallel=3`), and with one
 //!    training rank and two rollout ranks holding half the experts each, their engines stepping
-//!    together (`rollout.expert_parallel=2`), which must all end on the same weights; then a Qwen3-MoE forward expert-parallel (4 experts over 3 ranks), each rank its own batch,
+//!    together (`rollout.expert_parallel=2`), and with the experts divided among the three
+//!    training ranks whose engines generate together (`rollout.expert_parallel=3`, each engine
+//!    on its trainer's block, on an MPI channel beside the trainers' collectives), which must
+//!    all end on the same weights; then a Qwen3-MoE forward expert-parallel (4 experts over 3
+//!    ranks), each rank its own batch,
 //!    and checks it against the whole model's forward; then trains it two steps, each rank on its
 //!    own sequences, and checks the gathered model against one trainer's on all of them;
 //! 5. runs the tiny fixture tensor-parallel over ranks 0 and 1 (a sub-group; its 4 heads do not
@@ -91,6 +95,9 @@ fn main() -> ExitCode {
         "rank 0: led 2 GRPO steps with the experts divided over 2 rollout processes",
         "rank 1: generated for 2 steps, serving weight version 2 with 1/2 of the experts",
         "rank 2: generated for 2 steps, serving weight version 2 with 1/2 of the experts",
+        "rank 0: led 2 GRPO steps generating with the experts divided over 3 training processes",
+        "rank 1: served 2 steps holding Experts, its engine",
+        "rank 2: served 2 steps holding Experts, its engine",
         "rank 0: tensor-parallel forward and training step equal the whole model's",
         "rank 1: tensor-parallel forward and training step equal the whole model's",
         "rank 0: pipeline stage of layers 0..1 trains as the whole model",
@@ -189,7 +196,7 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         );
         println!("rank 0: led 2 SFT and 2 GRPO steps, colocated and disaggregated alike");
     }
-    if let Some([worst, rollout]) = expert_parallel_run(&group)? {
+    if let Some([worst, rollout, generating]) = expert_parallel_run(&group)? {
         println!(
             "rank 0: led 2 GRPO steps with the experts divided over 3 processes, the same \
              weights as data parallel (max |Δ| {worst:e})"
@@ -197,6 +204,10 @@ fn every_check(group: &Arc<dyn Messenger>) -> anyhow::Result<()> {
         println!(
             "rank 0: led 2 GRPO steps with the experts divided over 2 rollout processes, the \
              same weights as data parallel (max |Δ| {rollout:e})"
+        );
+        println!(
+            "rank 0: led 2 GRPO steps generating with the experts divided over 3 training \
+             processes, the same weights as data parallel (max |Δ| {generating:e})"
         );
     }
     let (worst, trained) = expert_parallel_forward(&group)?;
@@ -469,9 +480,21 @@ fn grpo_run_across_ranks(
         .load()?;
     if group.rank() > 0 {
         match follow(&config, group.clone())? {
-            Followed::Trained { steps, part } => {
+            Followed::Trained {
+                steps,
+                part,
+                engine,
+            } => {
                 let part = part.map(|p| format!(" holding {p:?}")).unwrap_or_default();
-                println!("rank {}: served {steps} steps{part}", group.rank())
+                let engine = engine
+                    .map(|e| {
+                        format!(
+                            ", its engine {} forward steps to weight version {}",
+                            e.steps, e.version.0
+                        )
+                    })
+                    .unwrap_or_default();
+                println!("rank {}: served {steps} steps{part}{engine}", group.rank())
             }
             Followed::Generated(s) => println!(
                 "rank {}: generated for {} steps, serving weight version {} with {} ({} \
@@ -544,8 +567,11 @@ const TRAINING_RUN: [&str; 3] = [
 /// the three ranks, data parallel with the experts whole and with the experts divided among the
 /// ranks (`model.expert_parallel=3`: 4 experts as 1 + 1 + 2), then with one training rank and
 /// two rollout ranks holding half the experts each (`rollout.expert_parallel=2`, their engines
-/// stepping together over MPI); rank 0 returns how far apart each ends from the first.
-fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<[f32; 2]>> {
+/// stepping together over MPI), then with the experts divided among the three training ranks
+/// whose engines generate together, each on its own trainer's block, on a channel of their own
+/// beside the trainers' collectives (`rollout.expert_parallel=3`); rank 0 returns how far apart
+/// each ends from the first.
+fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<[f32; 3]>> {
     let base = rank0_dir(group, "mpi-moe-run")?;
     let dir = if group.rank() == 0 {
         std::fs::create_dir_all(&base)?;
@@ -562,8 +588,17 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<[f32
         &[&source, "rollout.ranks=2", "rollout.expert_parallel=2"],
         false,
     )?;
+    let generating = grpo_run_across_ranks(
+        group,
+        &[
+            &source,
+            "model.expert_parallel=3",
+            "rollout.expert_parallel=3",
+        ],
+        false,
+    )?;
     group.broadcast(&mut Vec::new(), 0)?; // every rank is done with the model
-    let (Some(a), Some(b), Some(c)) = (whole, divided, rollout) else {
+    let (Some(a), Some(b), Some(c), Some(d)) = (whole, divided, rollout, generating) else {
         return Ok(None);
     };
     let _ = std::fs::remove_dir_all(&base);
@@ -577,7 +612,13 @@ fn expert_parallel_run(group: &Arc<dyn Messenger>) -> anyhow::Result<Option<[f32
         rollout <= 1e-5,
         "experts divided over the rollout ranks differ from data parallel by {rollout}"
     );
-    Ok(Some([worst, rollout]))
+    let generating = max_diff(&flat(&a), &flat(&d));
+    anyhow::ensure!(
+        generating <= 1e-5,
+        "experts divided over the ranks, which generate together, differ from data parallel by \
+         {generating}"
+    );
+    Ok(Some([worst, rollout, generating]))
 }
 
 /// Rank 0 writes a random Qwen3-MoE for every rank to load; each rank runs its own batch through

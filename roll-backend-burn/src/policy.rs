@@ -113,6 +113,14 @@ pub struct ModelParts {
     /// same part in every copy (this one among them), over which the experts' gradients are
     /// summed ([`CausalLm::with_expert_replicas`]); `None` for the other kinds.
     pub expert_replicas: Option<Arc<dyn Strategy>>,
+    /// Whether this copy's ranks generate together ([`PartKind::Experts`] in the first copy of
+    /// a colocated run, config `rollout.expert_parallel`): each rank runs an inference engine on
+    /// its own block of experts, the engines stepping together over a
+    /// [channel](Messenger::channel) of `group` made for them ([`ModelParts::engine_channel`]) —
+    /// rank 0's takes the requests, the others serve their experts' share of every token — and
+    /// after each step every engine syncs from its own trainer, so no weights travel. `false`:
+    /// rank 0's engine serves the whole model, gathered after each step.
+    pub generates: bool,
 }
 
 /// How a copy of the model is divided among its ranks.
@@ -155,6 +163,24 @@ pub enum PartKind {
 }
 
 impl ModelParts {
+    /// Where this copy generates together ([`ModelParts::generates`]), a new channel of its
+    /// ranks for one set of their engines: a collective of the copy's ranks, which each makes
+    /// before it starts its engine (rank 0 as its policy starts, the others before they follow
+    /// it). `None` elsewhere.
+    ///
+    /// # Errors
+    /// As [`Messenger::channel`].
+    pub fn engine_channel(&self) -> Result<Option<Arc<dyn Strategy>>> {
+        if !self.generates {
+            return Ok(None);
+        }
+        let channel: Arc<dyn Strategy> = self
+            .group
+            .channel()
+            .map_err(|e| BackendError::Collective(Box::new(e)))?;
+        Ok(Some(channel))
+    }
+
     /// This rank's part of a trainer checkpoint written by the ranks of a copy
     /// ([`DataParallel::save_checkpoint`]): the trainer and the weight version.
     ///
@@ -433,11 +459,21 @@ pub struct BurnPolicy {
 }
 
 struct ActorInner {
+    /// Declared (so dropped) before the engine: dropping it releases the followers, and with
+    /// `engines` the engine stops only once theirs, which they close when released, stop too.
+    trainer: Mutex<DataParallel<Trainer>>,
     engine: Engine,
     kind: DecoderKind,
     scoring: Arc<Scoring>,
-    trainer: Mutex<DataParallel<Trainer>>,
     gap_probe_tokens: u32,
+    /// Where the engine serves this rank's block of experts, stepping with the copy's other
+    /// ranks' ([`ModelParts::generates`]): the channel they step over; the engine syncs from
+    /// the trainer's own part after each step. Scoring reads the whole model, gathered when
+    /// something scores.
+    engines: Option<Arc<dyn Strategy>>,
+    /// The engine's weight version scoring's snapshot holds (with `engines`, it falls behind
+    /// until something scores).
+    scored: Mutex<WeightVersion>,
 }
 
 impl std::fmt::Debug for BurnPolicy {
@@ -498,14 +534,29 @@ impl BurnPolicy {
         tokenizer: Arc<dyn Tokenizer>,
         options: PolicyOptions,
     ) -> Result<Self> {
+        // The engines' channel first: the followers make it before they follow.
+        let engines = match &options.placement {
+            Placement::Leader {
+                parts: Some(parts), ..
+            } => parts.engine_channel()?,
+            _ => None,
+        };
         let (model, device, kind) = placed(trainer.whole_model()?, &options)?;
+        let served = match &engines {
+            Some(channel) => trainer
+                .first()
+                .inference_model()?
+                .with_expert_group(channel.clone())?,
+            None => model.clone(),
+        };
         let engine = Engine::with_decoder(
             kind,
-            &model,
+            &served,
             &device,
             options.engine.clone(),
             Some(tokenizer),
         )?;
+        drop(served);
         let mut scoring = Scoring::new(model, None, kind, device, options.scoring)?;
         scoring.training_on_decoder = trainer.first().kernels() == TrainKernels::Auto;
         let scoring = Arc::new(scoring);
@@ -516,6 +567,8 @@ impl BurnPolicy {
                 scoring,
                 trainer: Mutex::new(trainer),
                 gap_probe_tokens: options.gap_probe_tokens,
+                engines,
+                scored: Mutex::new(WeightVersion(options.engine.start_version)),
             }),
         })
     }
@@ -530,7 +583,37 @@ impl BurnPolicy {
     /// # Errors
     /// If a previous call panicked while holding the policy's state.
     pub fn model(&self) -> Result<CausalLm> {
-        Ok(self.inner.scoring.current()?.served.model().clone())
+        Ok(self.snapshot()?.served.model().clone())
+    }
+
+    /// The weights scoring reads, of the version the engine serves: with the experts divided
+    /// among the engines ([`ModelParts::engines`]), gathered from the trainers' parts the first
+    /// time something reads them after a step.
+    ///
+    /// # Errors
+    /// A failed gather, or a previous call that panicked holding the policy's state.
+    fn snapshot(&self) -> Result<Arc<Snapshot>> {
+        if self.inner.engines.is_none() {
+            return self.inner.scoring.current();
+        }
+        let trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
+        self.snapshot_of(&trainer)
+    }
+
+    /// [`BurnPolicy::snapshot`] with the trainer held: its weights are the engine's version
+    /// (a step syncs the engine before it lets go of the trainer).
+    fn snapshot_of(&self, trainer: &DataParallel<Trainer>) -> Result<Arc<Snapshot>> {
+        let inner = &self.inner;
+        let version = inner.engine.weight_version();
+        let mut scored = inner.scored.lock().map_err(|_| poisoned())?;
+        if *scored == version {
+            return inner.scoring.current();
+        }
+        let whole = trainer.whole_model()?.to_device(&inner.scoring.device);
+        let served = ServedWeights::new(whole, inner.kind)?;
+        let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
+        *scored = version;
+        Ok(snapshot)
     }
 
     /// Exports the weights new generations use as a HuggingFace directory next to everything
@@ -568,6 +651,11 @@ impl BurnPolicy {
     /// A failed announcement, or a previous call that panicked holding the trainer.
     pub fn release_followers(&self) -> Result<()> {
         let mut trainer = self.inner.trainer.lock().map_err(|_| poisoned())?;
+        if self.inner.engines.is_some() {
+            // The last weights, gathered while the followers can still take part, for what
+            // reads the model after (the export, evaluation).
+            self.snapshot_of(&trainer)?;
+        }
         trainer.release()
     }
 
@@ -581,18 +669,40 @@ impl BurnPolicy {
         metrics.insert("time/update_s".into(), started.elapsed().as_secs_f64());
         let version = if updated {
             let started = Instant::now();
-            let generation = trainer.first().generation();
-            let model = trainer.whole_model()?;
-            drop(trainer);
-            let served = ServedWeights::new(model, inner.kind)?;
-            if let Some(decoder) = served.cpu() {
-                let trainer = inner.trainer.lock().map_err(|_| poisoned())?;
-                trainer.first().offer_packed(generation, decoder.clone());
-            }
-            let version = inner.engine.sync_served_blocking(&served)?;
-            let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
-            metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
-            if let Some(first) = batch.sequences().first()
+            let snapshot = match &inner.engines {
+                Some(channel) => {
+                    // Every engine of the copy syncs from its own trainer's part, together.
+                    trainer.announce_serve()?;
+                    let part = trainer
+                        .first()
+                        .inference_model()?
+                        .with_expert_group(channel.clone())?;
+                    inner
+                        .engine
+                        .sync_served_blocking(&ServedWeights::new(part, inner.kind)?)?;
+                    metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
+                    // The probe scores on the whole model, gathered for it.
+                    (inner.gap_probe_tokens > 0)
+                        .then(|| self.snapshot_of(&trainer))
+                        .transpose()?
+                }
+                None => {
+                    let generation = trainer.first().generation();
+                    let model = trainer.whole_model()?;
+                    drop(trainer);
+                    let served = ServedWeights::new(model, inner.kind)?;
+                    if let Some(decoder) = served.cpu() {
+                        let trainer = inner.trainer.lock().map_err(|_| poisoned())?;
+                        trainer.first().offer_packed(generation, decoder.clone());
+                    }
+                    inner.engine.sync_served_blocking(&served)?;
+                    let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
+                    metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
+                    Some(snapshot)
+                }
+            };
+            let version = inner.engine.weight_version();
+            if let (Some(first), Some(snapshot)) = (batch.sequences().first(), snapshot)
                 && inner.gap_probe_tokens > 0
             {
                 let started = Instant::now();
@@ -677,7 +787,11 @@ impl Generate for BurnPolicy {
 #[async_trait]
 impl Score for BurnPolicy {
     async fn score(&self, request: &ScoreRequest) -> roll_core::Result<Vec<TokenScores>> {
-        self.inner.scoring.score(request).await
+        if self.inner.engines.is_none() {
+            return self.inner.scoring.score(request).await;
+        }
+        let (this, request) = (self.clone(), request.clone());
+        blocking(move || this.snapshot()?.score(&request, &this.inner.scoring)).await
     }
 }
 

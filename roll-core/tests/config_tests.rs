@@ -779,3 +779,39 @@ fn without_table(toml: &str, header: &str) -> String {
     }
     out
 }
+
+#[test]
+fn colocated_engines_divide_the_experts_as_the_trainers_do() {
+    // With rollout ranks, `rollout.expert_parallel` must divide them.
+    let err = load_err(BASE, &["rollout.ranks=3", "rollout.expert_parallel=2"]).to_string();
+    assert!(
+        err.contains("rollout.expert_parallel") && err.contains("rollout.ranks (3)"),
+        "{err}"
+    );
+    // Colocated, the training ranks' engines serve their own trainer's block: the same division.
+    let ok = load(
+        BASE,
+        &["model.expert_parallel=2", "rollout.expert_parallel=2"],
+    );
+    assert_eq!(ok.expect("the same division").rollout.expert_parallel, 2);
+    for overrides in [
+        &["rollout.expert_parallel=2"][..],
+        &["model.expert_parallel=4", "rollout.expert_parallel=2"],
+        &[
+            "model.tensor_parallel=2",
+            "model.expert_parallel=2",
+            "rollout.expert_parallel=2",
+        ],
+        &[
+            "model.pipeline_parallel=2",
+            "model.expert_parallel=2",
+            "rollout.expert_parallel=2",
+        ],
+    ] {
+        let err = load_err(BASE, overrides).to_string();
+        assert!(
+            err.contains("rollout.expert_parallel") && err.contains("own trainer's block"),
+            "{overrides:?}: {err}"
+        );
+    }
+}

@@ -23,6 +23,7 @@
 //! the SFT stage ends the leader releases the training ranks, and tells them that the RL stage
 //! starts from the fine-tuned export (`sft_model/`).
 
+use roll_backend_burn::engine::{DecoderKind, Engine, EngineConfig, ServedWeights};
 use roll_backend_burn::hf::HfSource;
 use roll_backend_burn::remote::{RolloutServer, Served};
 use roll_backend_burn::train::{Trainer, TrainerConfig};
@@ -225,6 +226,11 @@ impl Roles {
             }
             _ => (same_part, None),
         };
+        // Colocated `rollout.expert_parallel`: the first copy's ranks generate together.
+        let generates = matches!(self, Self::Colocated)
+            && kind == PartKind::Experts
+            && plan.rollout_experts > 1
+            && job.rank() < width;
         Ok(match (all, copy, data) {
             (Some(all), Some(group), Some(data)) => Some(TrainerGroups {
                 all,
@@ -235,6 +241,7 @@ impl Roles {
                     expert_replicas: expert_replicas
                         .flatten()
                         .map(|g| -> Arc<dyn Strategy> { g }),
+                    generates,
                 }),
             }),
             _ => None,
@@ -327,6 +334,9 @@ pub enum Followed {
         /// The part of the actor it held (`model.tensor_parallel`, `model.pipeline_parallel`);
         /// `None`: all of it.
         part: Option<roll_backend_burn::PartKind>,
+        /// Where its copy generated together (colocated `rollout.expert_parallel`), what its
+        /// engine did; `None`: it ran none.
+        engine: Option<ServedExperts>,
     },
     /// A rollout rank: the requests it served and the weights it received.
     Generated(Served),
@@ -401,31 +411,147 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
         .as_ref()
         .map_or(all.clone(), |p| p.data.clone());
     let mut steps = 0;
+    let mut engines = StageEngines::default();
     loop {
-        let trainer = match &start.actor {
+        let (trainer, version) = match &start.actor {
             StartFrom::Weights { dir, trainer } => {
                 let mut model = HfSource::open(dir)?.load_model(&device)?;
                 if let Some(parts) = &trainers.parts {
                     model = parts.part_of(model)?;
                 }
-                Trainer::new(model, (**trainer).clone(), &device)?
+                (Trainer::new(model, (**trainer).clone(), &device)?, 0)
             }
             StartFrom::Checkpoint(dir) => match &trainers.parts {
-                Some(parts) => parts.load_checkpoint(dir, &device)?.0,
-                None => Trainer::load_checkpoint(dir, &device)?.0,
+                Some(parts) => parts.load_checkpoint(dir, &device)?,
+                None => Trainer::load_checkpoint(dir, &device)?,
             },
         };
         let mut trainer = trainer.with_strategy(data.clone());
-        steps +=
-            roll_backend_burn::train::follow_in(&mut trainer, all.as_ref(), data.as_ref())?.len();
+        let engine = match &trainers.parts {
+            Some(parts) => {
+                let config = EngineConfig {
+                    start_version: version,
+                    ..plan.engine.clone()
+                };
+                FollowerEngine::start(parts, &trainer, config, &device)?
+            }
+            None => None,
+        };
+        if engine.is_some() {
+            *role = "actor trainer generating with its block of the experts";
+        }
+        let serve = |t: &Trainer| engine.as_ref().map_or(Ok(()), |e| e.sync(t));
+        steps += roll_backend_burn::train::follow_serving(
+            &mut trainer,
+            all.as_ref(),
+            data.as_ref(),
+            serve,
+        )?
+        .len();
+        engines.close(engine);
         if !start.sft {
             break;
         }
         start = receive(all.as_ref(), "the RL stage's start")?;
     }
+    let served = engines.wait()?;
     tracing::info!(rank = group.rank(), steps, "the leader's run ended");
     Ok(Followed::Trained {
         steps,
         part: trainers.parts.as_ref().map(|p| p.kind),
+        engine: served,
     })
+}
+
+/// A training rank's inference engine, on its own block of the experts, stepping with the
+/// copy's others (colocated `rollout.expert_parallel`): it has no requests of its own and
+/// serves its experts' share of rank 0's tokens.
+struct FollowerEngine {
+    engine: Engine,
+    channel: Arc<dyn Strategy>,
+}
+
+impl FollowerEngine {
+    /// The engine of this rank where its copy generates together ([`ModelParts::generates`]),
+    /// serving `trainer`'s part from weight version `config.start_version`; `None` elsewhere.
+    fn start(
+        parts: &ModelParts,
+        trainer: &Trainer,
+        config: EngineConfig,
+        device: &roll_backend_burn::Device,
+    ) -> Result<Option<Self>> {
+        let Some(channel) = parts.engine_channel()? else {
+            return Ok(None);
+        };
+        let part = trainer
+            .inference_model()?
+            .with_expert_group(channel.clone())?;
+        let engine = Engine::with_decoder(DecoderKind::Device, &part, device, config, None)?;
+        Ok(Some(Self { engine, channel }))
+    }
+
+    /// Syncs the engine to `trainer`'s current part, with every other engine of the copy.
+    fn sync(&self, trainer: &Trainer) -> roll_backend_burn::Result<()> {
+        let part = trainer
+            .inference_model()?
+            .with_expert_group(self.channel.clone())?;
+        self.engine
+            .sync_served_blocking(&ServedWeights::new(part, DecoderKind::Device)?)?;
+        Ok(())
+    }
+}
+
+/// The engines of a follower's stages, closing: an engine that steps with its peers stops only
+/// when all of theirs stop too, so each stage's is let go of on a thread of its own (the
+/// follower must go on to the next stage, whose start the leader sends before its own engine
+/// stops), and the follower waits for them all before it reports.
+#[derive(Default)]
+struct StageEngines {
+    closing: Vec<std::thread::JoinHandle<ServedExperts>>,
+}
+
+impl StageEngines {
+    /// Lets go of a stage's engine, if any.
+    fn close(&mut self, engine: Option<FollowerEngine>) {
+        if let Some(FollowerEngine { engine, .. }) = engine {
+            self.closing.push(std::thread::spawn(move || {
+                let stats = engine.stats();
+                drop(engine);
+                ServedExperts {
+                    steps: stats.steps,
+                    version: stats.weight_version,
+                }
+            }));
+        }
+    }
+
+    /// What the stages' engines did, once every one has stopped: their forward steps summed,
+    /// the last one's weight version; `None` without an engine.
+    ///
+    /// # Errors
+    /// A closing thread that panicked.
+    fn wait(self) -> Result<Option<ServedExperts>> {
+        let mut served: Option<ServedExperts> = None;
+        for closing in self.closing {
+            let stage = closing
+                .join()
+                .map_err(|_| Error::invalid_data("follower", "an engine panicked as it stopped"))?;
+            served = Some(ServedExperts {
+                steps: served.map_or(0, |s| s.steps) + stage.steps,
+                version: stage.version,
+            });
+        }
+        Ok(served)
+    }
+}
+
+/// What a training rank's inference engine did where the ranks of its copy generate together
+/// (colocated `rollout.expert_parallel`), as [`Followed::Trained`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServedExperts {
+    /// Forward steps it took part in: with no requests of its own, each served its experts'
+    /// share of rank 0's tokens.
+    pub steps: u64,
+    /// The weight version it served last.
+    pub version: roll_core::WeightVersion,
 }

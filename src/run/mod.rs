@@ -16,7 +16,7 @@ mod telemetry;
 
 pub use builder::RunBuilder;
 pub use checkpoint::{Resumed, SkippedCheckpoint};
-pub use distributed::{Followed, follow};
+pub use distributed::{Followed, ServedExperts, follow};
 pub use plan::{ModelPlan, RolloutPlan, RunPlan, RunSettings, SftPlan};
 pub use plots::plot_metrics;
 pub use runner::Run;

@@ -645,7 +645,8 @@ impl<B: DecodeBackend> EngineLoop<B> {
             self.add_empty_groups(&mut groups, oldest);
         }
         groups.sort_by_key(|g| g.version);
-        let ran = !plan.is_empty();
+        // A call with no inputs of this engine's serves its peers' tokens: a step too.
+        let ran = !groups.is_empty();
         // Each group's call, sampling every sequence whose pending tokens it feeds to the end.
         let mut sampled: Vec<(usize, Result<SampledToken>)> = Vec::new();
         for Group {

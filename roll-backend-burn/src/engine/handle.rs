@@ -144,7 +144,8 @@ impl ServedWeights {
 pub struct EngineStats {
     /// Version of the weights new requests use.
     pub weight_version: WeightVersion,
-    /// Forward steps run so far.
+    /// Forward steps run so far — for an engine stepping with peers
+    /// ([`lockstep`](super::lockstep)), those in which it only served their tokens too.
     pub steps: u64,
     /// Tokens sampled so far.
     pub generated_tokens: u64,

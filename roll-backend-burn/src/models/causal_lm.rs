@@ -324,6 +324,41 @@ impl CausalLm {
         Ok(Self::Qwen3Moe(m))
     }
 
+    /// This expert-parallel model ([`CausalLm::shard_experts`]) with its mixtures' tokens
+    /// exchanged over `group` instead: the same ranks (the same size, this rank at the same
+    /// place) and the same block of experts here — e.g. a
+    /// [channel](roll_core::strategy::Messenger::channel) of their own for inference engines
+    /// that step together beside the trainers holding the model. The ranks holding the same
+    /// experts in other groups ([`CausalLm::with_expert_replicas`]) are left behind: only
+    /// training sums over them.
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidInput`] for a model that is not expert-parallel, or a group of
+    /// another size or in which this rank has another place.
+    pub fn with_expert_group(self, group: Arc<dyn Strategy>) -> Result<Self> {
+        let current = self.expert_group().ok_or_else(not_expert_parallel)?;
+        let (size, rank) = (current.world_size(), current.rank());
+        if (group.world_size(), group.rank()) != (size, rank) {
+            return Err(BackendError::InvalidInput(format!(
+                "the experts are divided among {size} ranks, this one rank {rank}; a group of \
+                 {} ranks in which it is rank {} cannot exchange their tokens",
+                group.world_size(),
+                group.rank()
+            )));
+        }
+        let Self::Qwen3Moe(mut m) = self else {
+            return Err(not_expert_parallel());
+        };
+        for layer in &mut m.model.layers {
+            if let FeedForward::Sparse(block) = &mut layer.mlp
+                && let Some(shard) = block.shard.take()
+            {
+                block.shard = Some(shard.over(group.clone()));
+            }
+        }
+        Ok(Self::Qwen3Moe(m))
+    }
+
     /// The ranks holding the same experts in the other groups of a data-parallel job
     /// ([`CausalLm::with_expert_replicas`]); `None` without.
     pub(crate) fn expert_replicas(&self) -> Option<Arc<dyn Strategy>> {

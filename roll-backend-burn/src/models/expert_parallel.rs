@@ -73,6 +73,16 @@ impl ExpertShard {
         self
     }
 
+    /// The same experts on this rank, exchanged over `group` (of the same size, this rank at
+    /// the same place: the caller checks), without replicas.
+    pub(crate) fn over(self, group: Arc<dyn Strategy>) -> Self {
+        Self {
+            group,
+            num_experts: self.num_experts,
+            replicas: None,
+        }
+    }
+
     /// The experts rank `rank` holds.
     pub fn range(&self, rank: usize) -> Range<usize> {
         expert_block(rank, self.group.world_size(), self.num_experts)

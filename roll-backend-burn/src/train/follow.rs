@@ -27,6 +27,10 @@ pub(crate) enum Command {
     /// The leader needs the whole model: every rank holding a part of one gathers it with the
     /// others of its part's group ([`CausalLm::gather`](crate::CausalLm::gather)).
     Gather,
+    /// The weights changed: where this rank's inference engine steps with the leader's (the
+    /// experts divided among a copy's ranks, [`ModelParts::engines`](crate::ModelParts)), sync
+    /// it to this rank's part — every engine of the group syncs at once.
+    Serve,
     /// Write your part of the trainer's checkpoint under `dir` (the first copy's ranks), then
     /// meet the others (an all-reduce) so the leader knows every part is written.
     Checkpoint {
@@ -93,6 +97,24 @@ pub fn follow_in<T: Replica>(
     announce: &dyn Strategy,
     data: &dyn Strategy,
 ) -> Result<Vec<TrainStepReport>> {
+    follow_serving(replica, announce, data, |_| Ok(()))
+}
+
+/// [`follow_in`] on a rank whose inference engine steps with the leader's (the experts divided
+/// among the ranks of a copy, each rank's engine on its own block: [`ModelParts::engines`]):
+/// each time the leader's weights change it announces it, and `serve` syncs this rank's engine
+/// to `replica`'s part. A rank without an engine passes nothing to do (as [`follow_in`] does).
+///
+/// [`ModelParts::engines`]: crate::ModelParts::engines
+///
+/// # Errors
+/// As [`follow`], and `serve`'s.
+pub fn follow_serving<T: Replica>(
+    replica: &mut T,
+    announce: &dyn Strategy,
+    data: &dyn Strategy,
+    mut serve: impl FnMut(&T) -> Result<()>,
+) -> Result<Vec<TrainStepReport>> {
     let mut reports = Vec::new();
     loop {
         let mut bytes = Vec::new();
@@ -107,6 +129,7 @@ pub fn follow_in<T: Replica>(
         match work {
             Work::Step(shard, objective) => reports.push(replica.step(&shard, &objective)?),
             Work::Gather => replica.gather()?,
+            Work::Serve => serve(replica)?,
             Work::Checkpoint(dir, version) => {
                 let saved = replica.save_part(&dir, version);
                 announce
@@ -123,6 +146,7 @@ pub fn follow_in<T: Replica>(
 enum Work {
     Step(TrainBatch, Objective),
     Gather,
+    Serve,
     Checkpoint(std::path::PathBuf, u64),
     Stop,
 }
@@ -138,6 +162,7 @@ fn my_work(bytes: &[u8], data: &dyn Strategy) -> Result<Work> {
             objective,
         } => (sequences, objective),
         Command::Gather => return Ok(Work::Gather),
+        Command::Serve => return Ok(Work::Serve),
         Command::Checkpoint {
             dir,
             weight_version,

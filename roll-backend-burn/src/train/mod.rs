@@ -65,7 +65,7 @@ pub use clip::{clip_grad_norm, global_grad_norm};
 pub use config::{LoraConfig, LrSchedule, TrainKernels, TrainerConfig};
 pub use core::{BatchGradients, TrainStepReport};
 pub use critic::{CriticModel, CriticTrainer};
-pub use follow::{follow, follow_in};
+pub use follow::{follow, follow_in, follow_serving};
 pub use lora::TrainerRng;
 pub use parallel::{DataParallel, Replica};
 pub use schedule::lr_at;

@@ -197,6 +197,19 @@ impl<T: Replica> DataParallel<T> {
         }
     }
 
+    /// Tells the followers that the weights changed, for the ranks whose inference engines step
+    /// with this one's to sync theirs to their parts (see
+    /// [`follow_serving`](super::follow::follow_serving)); nothing without followers.
+    ///
+    /// # Errors
+    /// A failed announcement, or followers already released.
+    pub fn announce_serve(&self) -> Result<()> {
+        match self.followers("sync the engines")? {
+            Some(followers) => announce(followers.as_ref(), &Command::Serve),
+            None => Ok(()),
+        }
+    }
+
     /// The ranks to announce work to, if any; an error once they were released.
     fn followers(&self, work: &str) -> Result<Option<&Arc<dyn Strategy>>> {
         if self.released {

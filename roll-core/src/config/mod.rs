@@ -248,7 +248,34 @@ impl Config {
         if let Some(sft) = &self.sft {
             sft.validate()?;
         }
+        self.validate_colocated_experts()?;
         self.validate_pipeline()
+    }
+
+    /// Colocated `rollout.expert_parallel` divides the experts as the trainers do: each engine
+    /// serves its own trainer's block.
+    fn validate_colocated_experts(&self) -> Result<()> {
+        let (rollout, model) = (&self.rollout, &self.model);
+        if rollout.ranks > 0 || rollout.expert_parallel == 1 {
+            return Ok(());
+        }
+        let divided_alike = model.expert_parallel == rollout.expert_parallel
+            && model.tensor_parallel == 1
+            && model.pipeline_parallel == 1;
+        if divided_alike {
+            return Ok(());
+        }
+        Err(Error::InvalidValue {
+            key: "rollout.expert_parallel".into(),
+            value: rollout.expert_parallel.to_string(),
+            allowed: format!(
+                "1, or with rollout.ranks = 0 (colocated) model.expert_parallel ({}) without \
+                 tensor or pipeline parallelism: the training ranks' engines each serve their \
+                 own trainer's block of experts",
+                model.expert_parallel
+            ),
+            origin: None,
+        })
     }
 
     /// Settings that load and run but are likely a mistake, one [`Caution`] each, for the run

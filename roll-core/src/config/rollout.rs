@@ -46,8 +46,14 @@ pub struct RolloutConfig {
     /// one block of every mixture's experts and serves requests of its own, its mixtures send
     /// each token to the rank holding its expert, and the group's engines step together. A
     /// model whose experts do not fit one rollout process then still generates. Must divide
-    /// `ranks`; `1`: every rollout rank holds the whole model. Default `1`. ROLL: vLLM's
-    /// `enable_expert_parallel` on `actor_infer`.
+    /// `ranks`. Colocated (`ranks = 0`), the training ranks that hold the first copy of a
+    /// model whose experts they divide (`model.expert_parallel`, which this must equal) generate
+    /// together the same way, each engine on its own trainer's block of experts: rank 0's takes
+    /// the requests, the others serve their experts' share of its tokens, and after each step
+    /// every engine syncs from its own trainer — no weights travel, and no rank holds the whole
+    /// model to generate. Needs an MPI library that takes calls from several threads at once
+    /// (`MPI_THREAD_MULTIPLE`). `1`: rank 0 generates alone on the whole model, gathered after
+    /// each step. Default `1`. ROLL: vLLM's `enable_expert_parallel` on `actor_infer`.
     pub expert_parallel: u32,
 }
 
@@ -93,7 +99,8 @@ impl RolloutConfig {
         c.at_least("expert_parallel", self.expert_parallel.into(), 1)?;
         c.require(
             self.expert_parallel == 1
-                || (self.ranks > 0 && self.ranks.is_multiple_of(self.expert_parallel)),
+                || self.ranks == 0
+                || self.ranks.is_multiple_of(self.expert_parallel),
             "expert_parallel",
             self.expert_parallel,
             &format!(
