@@ -587,7 +587,7 @@ impl BurnPolicy {
     }
 
     /// The weights scoring reads, of the version the engine serves: with the experts divided
-    /// among the engines ([`ModelParts::engines`]), gathered from the trainers' parts the first
+    /// among the engines ([`ModelParts::generates`]), gathered from the trainers' parts the first
     /// time something reads them after a step.
     ///
     /// # Errors

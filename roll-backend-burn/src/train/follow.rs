@@ -28,7 +28,7 @@ pub(crate) enum Command {
     /// others of its part's group ([`CausalLm::gather`](crate::CausalLm::gather)).
     Gather,
     /// The weights changed: where this rank's inference engine steps with the leader's (the
-    /// experts divided among a copy's ranks, [`ModelParts::engines`](crate::ModelParts)), sync
+    /// experts divided among a copy's ranks, [`ModelParts::generates`](crate::ModelParts)), sync
     /// it to this rank's part — every engine of the group syncs at once.
     Serve,
     /// Write your part of the trainer's checkpoint under `dir` (the first copy's ranks), then
@@ -101,11 +101,11 @@ pub fn follow_in<T: Replica>(
 }
 
 /// [`follow_in`] on a rank whose inference engine steps with the leader's (the experts divided
-/// among the ranks of a copy, each rank's engine on its own block: [`ModelParts::engines`]):
+/// among the ranks of a copy, each rank's engine on its own block: [`ModelParts::generates`]):
 /// each time the leader's weights change it announces it, and `serve` syncs this rank's engine
 /// to `replica`'s part. A rank without an engine passes nothing to do (as [`follow_in`] does).
 ///
-/// [`ModelParts::engines`]: crate::ModelParts::engines
+/// [`ModelParts::generates`]: crate::ModelParts::generates
 ///
 /// # Errors
 /// As [`follow`], and `serve`'s.
