@@ -15,7 +15,8 @@
 //! `model.expert_parallel=E` divides its experts among the training ranks (with
 //! `model.pipeline_parallel=P`: among `E` pipelines side by side, stage by stage), and
 //! `rollout.expert_parallel=E` makes the rollout ranks hold them divided among groups of `E`,
-//! their engines stepping together.
+//! their engines stepping together — or, colocated, with `model.expert_parallel=E` too, the
+//! training ranks generate together, each engine on its own trainer's block of experts.
 //!
 //! ```sh
 //! cargo build --release --features mpi --example distributed_grpo
@@ -25,6 +26,7 @@
 //! mpirun -np 3 target/release/examples/distributed_grpo model.pipeline_parallel=3  # 3 stages of one copy
 //! mpirun -np 4 target/release/examples/distributed_grpo model.tensor_parallel=2 model.pipeline_parallel=2
 //! mpirun -np 3 target/release/examples/distributed_grpo model.source.path=MOE_DIR rollout.ranks=2 rollout.expert_parallel=2
+//! mpirun -np 2 target/release/examples/distributed_grpo model.source.path=MOE_DIR model.expert_parallel=2 rollout.expert_parallel=2
 //! mpirun -np 4 target/release/examples/distributed_grpo model.source.path=MOE_DIR model.pipeline_parallel=2 model.expert_parallel=2
 //! srun --ntasks=4 target/release/examples/distributed_grpo               # a Slurm allocation
 //! ```
