@@ -680,11 +680,10 @@ impl BurnPolicy {
                     inner
                         .engine
                         .sync_served_blocking(&ServedWeights::new(part, inner.kind)?)?;
+                    drop(trainer);
                     metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
-                    // The probe scores on the whole model, gathered for it.
-                    (inner.gap_probe_tokens > 0)
-                        .then(|| self.snapshot_of(&trainer))
-                        .transpose()?
+                    // Scoring's whole model is gathered when something reads it (the probe).
+                    None
                 }
                 None => {
                     let generation = trainer.first().generation();
@@ -702,10 +701,14 @@ impl BurnPolicy {
                 }
             };
             let version = inner.engine.weight_version();
-            if let (Some(first), Some(snapshot)) = (batch.sequences().first(), snapshot)
+            if let Some(first) = batch.sequences().first()
                 && inner.gap_probe_tokens > 0
             {
                 let started = Instant::now();
+                let snapshot = match snapshot {
+                    Some(snapshot) => snapshot,
+                    None => self.snapshot()?,
+                };
                 let gap = self.logprob_gap(&snapshot, &first.prompt_ids)?;
                 metrics.insert("train_infer_logprob_gap".into(), gap);
                 metrics.insert("time/gap_probe_s".into(), started.elapsed().as_secs_f64());

@@ -250,10 +250,38 @@ fn all_reduce_on(comm: &SimpleCommunicator, values: &mut [f32], op: ReduceOp) {
 }
 
 /// `root`'s bytes on every rank of `comm`: the length first, then the bytes.
-fn broadcast_on(comm: &SimpleCommunicator, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
+///
+/// `patient` (at `MPI_THREAD_MULTIPLE`, where no lock is held across the call): the length is
+/// broadcast without blocking (`MPI_Ibcast`) and tested at growing intervals, as a message is
+/// probed for ([`FIRST_PROBE`] to [`LAST_PROBE`]), because a rank waiting here may wait long —
+/// a follower for the leader's next step — and a blocking MPI call spins on a core the whole
+/// time: beside an inference engine stepping on the same cores (colocated expert-parallel
+/// generation on the project's 2 cores) that spinning thread made the engines' steps 17 →
+/// 70–100 ms. The bytes, which follow at once, are broadcast blocking.
+fn broadcast_on(
+    comm: &SimpleCommunicator,
+    bytes: &mut Vec<u8>,
+    root: usize,
+    patient: bool,
+) -> Result<()> {
     let root = comm.process_at_rank(i32::try_from(root).unwrap_or(0));
     let mut len = [bytes.len() as u64];
-    root.broadcast_into(&mut len[..]);
+    if patient {
+        mpi::request::scope(|scope| {
+            let mut request = root.immediate_broadcast_into(scope, &mut len[..]);
+            let mut pause = FIRST_PROBE;
+            loop {
+                match request.test() {
+                    Ok(_) => break,
+                    Err(pending) => request = pending,
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(LAST_PROBE);
+            }
+        });
+    } else {
+        root.broadcast_into(&mut len[..]);
+    }
     let len = usize::try_from(len[0])
         .map_err(|_| strategy_error(format!("a broadcast of {} bytes", len[0])))?;
     bytes.resize(len, 0);
@@ -350,8 +378,9 @@ impl Strategy for MpiReplica {
         if self.world.size == 1 {
             return Ok(());
         }
+        let patient = self.world.concurrent();
         collective(&self.world, Over::World, |comm| {
-            broadcast_on(comm, bytes, root)
+            broadcast_on(comm, bytes, root, patient)
         })
     }
 
@@ -415,8 +444,9 @@ impl Strategy for MpiGroup {
         if self.size == 1 {
             return Ok(());
         }
+        let patient = self.world.concurrent();
         collective(&self.world, Over::Group(&self.members), |comm| {
-            broadcast_on(comm, bytes, root)
+            broadcast_on(comm, bytes, root, patient)
         })
     }
 
@@ -665,7 +695,8 @@ impl Strategy for MpiChannel {
 
     fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
         check_rank(root, self.members.len(), "broadcast root")?;
-        self.on(|comm| broadcast_on(comm, bytes, root))
+        let patient = self.world.concurrent();
+        self.on(|comm| broadcast_on(comm, bytes, root, patient))
     }
 
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {

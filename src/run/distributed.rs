@@ -429,8 +429,11 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
         let mut trainer = trainer.with_strategy(data.clone());
         let engine = match &trainers.parts {
             Some(parts) => {
+                // No request of its own: one sequence's worth of cache, not a whole engine's.
                 let config = EngineConfig {
                     start_version: version,
+                    max_seqs: 1,
+                    max_cached_tokens: 1,
                     ..plan.engine.clone()
                 };
                 FollowerEngine::start(parts, &trainer, config, &device)?

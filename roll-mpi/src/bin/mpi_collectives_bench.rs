@@ -5,8 +5,11 @@
 //!
 //! Then the latency of small collectives (median of 2,000 calls, in µs): an all-reduce of one
 //! float and an all-to-all of 64 floats per rank, over the world, over a sub-group of every
-//! rank, and over a sub-group of all ranks but the last (with 3 ranks or more) — which makes a
-//! communicator for each call (`MPI_Comm_create_group`).
+//! rank, over a sub-group of all ranks but the last (with 3 ranks or more) — which makes a
+//! communicator for each call (`MPI_Comm_create_group`) — and over a channel of every rank
+//! (`Messenger::channel`, which makes one for each call too, with its own tag), alone and while
+//! a second thread of every rank waits in a broadcast of the world's (as a follower's trainer
+//! waits for the next step while its engine steps).
 //!
 //! Not a criterion benchmark: criterion picks its iteration counts per process, and every rank
 //! must make the same calls. Build it in release:
@@ -99,6 +102,28 @@ fn small_collectives(me: &roll_mpi::MpiReplica) -> Result<(), Box<dyn std::error
     if let Some(all) = &all {
         time(&format!("sub-group of all {n} ranks"), all.as_ref())?;
     }
+    let channel = me.channel()?;
+    time(&format!("channel of all {n} ranks"), channel.as_ref())?;
+    std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
+        // Rank 0 releases the others' broadcast once every rank's channel is timed.
+        let waiting = s.spawn(|| {
+            if me.rank() != 0 {
+                me.broadcast(&mut Vec::new(), 0)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        });
+        let beside = format!("channel of all {n} ranks, a broadcast waiting beside it");
+        time(&beside, channel.as_ref())?;
+        channel.all_reduce(&mut [0.0], ReduceOp::Sum)?;
+        if me.rank() == 0 {
+            me.broadcast(&mut Vec::new(), 0)?;
+        }
+        waiting
+            .join()
+            .map_err(|_| "the waiting thread panicked")??;
+        Ok(())
+    })?;
     if n >= 3 {
         if let Some(group) = &some {
             time(
