@@ -635,16 +635,27 @@ async fn a_mixture_of_experts_trains_with_its_experts_divided_among_the_ranks() 
         "rank 1's engine never stepped: {engine:?}"
     );
     // Asynchronously (generation up to a version ahead): each rank's engine steps over its
-    // channel while its trainer exchanges tokens of its own over the copy's group.
+    // channel while its trainer exchanges tokens of its own over the copy's group. Without the
+    // gap probe (`train.gap_probe_tokens = 0`), nothing gathers the whole model during the run.
     let out = out_dir("moe-experts-generating-async");
     let overrides = [
         &generating[..],
-        &["rollout.max_staleness=1", "run.max_steps=4"],
+        &[
+            "rollout.max_staleness=1",
+            "run.max_steps=4",
+            "train.gap_probe_tokens=0",
+        ],
     ]
     .concat();
     let (reports, _, served) = led_run(moe_config(&dir, &out, &overrides), 2).await;
     outs.push(out);
     assert_eq!(reports.len(), 4);
+    assert!(
+        reports
+            .iter()
+            .all(|s| !s.metrics.contains_key("actor/train_infer_logprob_gap")),
+        "a probe ran with train.gap_probe_tokens = 0"
+    );
     assert!(
         reports
             .iter()

@@ -309,6 +309,7 @@ impl RunBuilder {
             placement,
             engine: plan.engine.clone(),
             scoring: plan.scoring,
+            gap_probe_tokens: plan.gap_probe_tokens,
             ..PolicyOptions::default()
         };
         let (rl, eval_reward) =

@@ -136,6 +136,9 @@ pub struct RunPlan {
     pub engine: EngineConfig,
     /// Micro-batching of training-path scoring (`train.max_tokens_per_micro_batch`).
     pub scoring: ScoringOptions,
+    /// Tokens of the actor's train–inference probe after each update (`train.gap_probe_tokens`;
+    /// 0: none).
+    pub gap_probe_tokens: u32,
     /// The rollout side.
     pub rollout: RolloutPlan,
     /// Processes of a run across processes that only generate, the last of the job
@@ -256,6 +259,7 @@ impl RunPlan {
                 max_tokens_per_micro_batch: config.train.max_tokens_per_micro_batch as usize,
                 ..ScoringOptions::default()
             },
+            gap_probe_tokens: config.train.gap_probe_tokens,
             rollout,
             rollout_ranks: config.rollout.ranks as usize,
             rollout_experts: config.rollout.expert_parallel as usize,
