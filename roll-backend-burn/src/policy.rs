@@ -543,10 +543,7 @@ impl BurnPolicy {
         };
         let (model, device, kind) = placed(trainer.whole_model()?, &options)?;
         let served = match &engines {
-            Some(channel) => trainer
-                .first()
-                .inference_model()?
-                .with_expert_group(channel.clone())?,
+            Some(channel) => trainer.first().served_part(channel)?,
             None => model.clone(),
         };
         let engine = Engine::with_decoder(
@@ -669,21 +666,17 @@ impl BurnPolicy {
         metrics.insert("time/update_s".into(), started.elapsed().as_secs_f64());
         let version = if updated {
             let started = Instant::now();
-            let snapshot = match &inner.engines {
+            let (version, snapshot) = match &inner.engines {
                 Some(channel) => {
                     // Every engine of the copy syncs from its own trainer's part, together.
                     trainer.announce_serve()?;
-                    let part = trainer
-                        .first()
-                        .inference_model()?
-                        .with_expert_group(channel.clone())?;
-                    inner
-                        .engine
-                        .sync_served_blocking(&ServedWeights::new(part, inner.kind)?)?;
+                    let part = trainer.first().served_part(channel)?;
+                    let served = ServedWeights::new(part, inner.kind)?;
+                    let version = inner.engine.sync_served_blocking(&served)?;
                     drop(trainer);
                     metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
                     // Scoring's whole model is gathered when something reads it (the probe).
-                    None
+                    (version, None)
                 }
                 None => {
                     let generation = trainer.first().generation();
@@ -694,13 +687,12 @@ impl BurnPolicy {
                         let trainer = inner.trainer.lock().map_err(|_| poisoned())?;
                         trainer.first().offer_packed(generation, decoder.clone());
                     }
-                    inner.engine.sync_served_blocking(&served)?;
+                    let version = inner.engine.sync_served_blocking(&served)?;
                     let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
                     metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
-                    Some(snapshot)
+                    (version, Some(snapshot))
                 }
             };
-            let version = inner.engine.weight_version();
             if let Some(first) = batch.sequences().first()
                 && inner.gap_probe_tokens > 0
             {

@@ -471,6 +471,7 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
 /// serves its experts' share of rank 0's tokens.
 struct FollowerEngine {
     engine: Engine,
+    kind: DecoderKind,
     channel: Arc<dyn Strategy>,
 }
 
@@ -486,20 +487,22 @@ impl FollowerEngine {
         let Some(channel) = parts.engine_channel()? else {
             return Ok(None);
         };
-        let part = trainer
-            .inference_model()?
-            .with_expert_group(channel.clone())?;
-        let engine = Engine::with_decoder(DecoderKind::Device, &part, device, config, None)?;
-        Ok(Some(Self { engine, channel }))
+        let part = trainer.served_part(&channel)?;
+        // The leader's choice for the same model (the device decoder: a mixture of experts).
+        let kind = DecoderKind::auto(&part, device);
+        let engine = Engine::with_decoder(kind, &part, device, config, None)?;
+        Ok(Some(Self {
+            engine,
+            kind,
+            channel,
+        }))
     }
 
     /// Syncs the engine to `trainer`'s current part, with every other engine of the copy.
     fn sync(&self, trainer: &Trainer) -> roll_backend_burn::Result<()> {
-        let part = trainer
-            .inference_model()?
-            .with_expert_group(self.channel.clone())?;
+        let part = trainer.served_part(&self.channel)?;
         self.engine
-            .sync_served_blocking(&ServedWeights::new(part, DecoderKind::Device)?)?;
+            .sync_served_blocking(&ServedWeights::new(part, self.kind)?)?;
         Ok(())
     }
 }

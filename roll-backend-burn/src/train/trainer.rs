@@ -211,6 +211,17 @@ impl Trainer {
         Ok(self.core.module()?.valid().materialize())
     }
 
+    /// [`Trainer::inference_model`] of an expert-parallel trainer, its mixtures exchanging their
+    /// tokens over `engines` instead of the trainer's group: what an inference engine stepping
+    /// with the other ranks' engines on `engines` (a channel of the same ranks) serves. See
+    /// [`CausalLm::with_expert_group`].
+    ///
+    /// # Errors
+    /// As [`Trainer::inference_model`] and [`CausalLm::with_expert_group`].
+    pub fn served_part(&self, engines: &Arc<dyn Strategy>) -> Result<CausalLm> {
+        self.inference_model()?.with_expert_group(engines.clone())
+    }
+
     /// Identifies the current parameter values: it changes with every update or new model.
     pub(crate) fn generation(&self) -> u64 {
         self.core.generation()
