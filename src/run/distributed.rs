@@ -444,14 +444,16 @@ fn serve(config: &Config, group: &Arc<dyn Messenger>, role: &mut &str) -> Result
             *role = "actor trainer generating with its block of the experts";
         }
         let serve = |t: &Trainer| engine.as_ref().map_or(Ok(()), |e| e.sync(t));
-        steps += roll_backend_burn::train::follow_serving(
+        let followed = roll_backend_burn::train::follow_serving(
             &mut trainer,
             all.as_ref(),
             data.as_ref(),
             serve,
-        )?
-        .len();
+        );
+        // Let go of the engine before a failure returns too: dropped here, it would wait for
+        // its peers to stop, and they wait for this rank's failure to reach them.
         engines.close(engine);
+        steps += followed?.len();
         if !start.sft {
             break;
         }
