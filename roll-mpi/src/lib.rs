@@ -46,4 +46,4 @@
 mod world;
 
 #[cfg(feature = "mpi")]
-pub use world::{MpiChannel, MpiGroup, MpiReplica, MpiWorld};
+pub use world::{MpiGroup, MpiReplica, MpiWorld};

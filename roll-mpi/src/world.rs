@@ -149,13 +149,14 @@ impl MpiWorld {
         std::hash::Hash::hash(&(members, made), &mut hasher);
         let hash = std::hash::Hasher::finish(&hasher);
         let pick = |tags: &std::ops::Range<i32>| tags.start + (hash % tags.len() as u64) as i32;
-        Ok(Arc::new(MpiChannel {
+        Ok(Arc::new(MpiGroup {
             world: self.clone(),
             members: members.into(),
             rank,
+            size: members.len(),
             device,
-            tag: pick(&CHANNEL_TAGS),
-            message_tag: pick(&GROUP_TAGS),
+            tag: pick(&GROUP_TAGS),
+            channel: Some(pick(&CHANNEL_TAGS)),
         }))
     }
 }
@@ -397,6 +398,16 @@ impl Strategy for MpiReplica {
 /// Some ranks of the job as a group of their own, with collectives among them alone (see
 /// [`Messenger::subgroup`]): the trainers of a job whose other ranks generate. Its ranks are
 /// indices into the members; a failure still ends the whole job.
+///
+/// Or a channel of some ranks (or all, see [`Messenger::channel`]): collectives and messages
+/// that never meet those of any group over the same ranks, so that another thread of each rank
+/// may make them at the same time. Each of its collectives makes a communicator among the
+/// members with the channel's own tag (`MPI_Comm_create_group`), as a group of some ranks does
+/// with the groups' tag, and frees it after the call — even over every rank of the job, where a
+/// group uses the world's communicator: the world's may be busy on another thread. (Keeping one
+/// communicator for the channel's life would save those ~7 µs a call, but the `mpi` crate's
+/// communicators may not move between threads, and this workspace allows no `unsafe` to vouch
+/// that MPI's may.)
 #[derive(Debug, Clone)]
 pub struct MpiGroup {
     world: Arc<MpiWorld>,
@@ -407,6 +418,21 @@ pub struct MpiGroup {
     device: DeviceSpec,
     /// The tag of the group's messages.
     tag: i32,
+    /// For a channel, the tag its communicators are made with (in [`CHANNEL_TAGS`]).
+    channel: Option<i32>,
+}
+
+impl MpiGroup {
+    /// The ranks its collectives are among.
+    fn over(&self) -> Over<'_> {
+        match self.channel {
+            Some(tag) => Over::Channel {
+                members: &self.members,
+                tag,
+            },
+            None => Over::Group(&self.members),
+        }
+    }
 }
 
 impl Strategy for MpiGroup {
@@ -433,7 +459,7 @@ impl Strategy for MpiGroup {
         if self.size == 1 {
             return Ok(());
         }
-        collective(&self.world, Over::Group(&self.members), |comm| {
+        collective(&self.world, self.over(), |comm| {
             all_reduce_on(comm, values, op);
             Ok(())
         })
@@ -445,16 +471,14 @@ impl Strategy for MpiGroup {
             return Ok(());
         }
         let patient = self.world.concurrent();
-        collective(&self.world, Over::Group(&self.members), |comm| {
+        collective(&self.world, self.over(), |comm| {
             broadcast_on(comm, bytes, root, patient)
         })
     }
 
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         roll_core::strategy::check_parts(send.len(), self.size)?;
-        collective(&self.world, Over::Group(&self.members), |comm| {
-            all_to_all_on(comm, send)
-        })
+        collective(&self.world, self.over(), |comm| all_to_all_on(comm, send))
     }
 
     fn abort(&self, reason: &str) {
@@ -549,6 +573,7 @@ fn group_of(
         size: members.len(),
         device,
         tag,
+        channel: None,
     })))
 }
 
@@ -581,8 +606,8 @@ impl Messenger for MpiReplica {
         receive_tagged(&self.world, &world, from, MESSAGE_TAG, timeout)
     }
 
-    /// A communicator of every rank's own (`MPI_Comm_create_group` over the world's ranks),
-    /// kept for the channel's life.
+    /// A group of every rank whose collectives make communicators with a tag of its own (see
+    /// [`MpiGroup`]).
     fn channel(&self) -> Result<Arc<dyn Messenger>> {
         let members: Vec<i32> = (0..self.world.size)
             .map(|m| self.peer(m, "channel member"))
@@ -615,138 +640,8 @@ impl Messenger for MpiGroup {
         receive_tagged(&self.world, &world, self.members[from], self.tag, timeout)
     }
 
-    /// A communicator of the members' own, kept for the channel's life.
-    fn channel(&self) -> Result<Arc<dyn Messenger>> {
-        self.world.channel(&self.members, self.rank, self.device)
-    }
-}
-
-/// Some ranks of the job (or all) on a channel of their own (see [`Messenger::channel`]):
-/// collectives and messages that never meet those of any group over the same ranks, so that
-/// another thread of each rank may make them at the same time.
-///
-/// Each collective makes a communicator among the members (`MPI_Comm_create_group`) with the
-/// channel's own tag, as a group of some ranks does with the groups' tag, and frees it after the
-/// call — even over every rank of the job, where a group uses the world's communicator: the
-/// world's may be busy on another thread. (Keeping one communicator for the channel's life would
-/// save that ~15 µs a call, but the `mpi` crate's communicators may not move between threads,
-/// and this workspace allows no `unsafe` to vouch that MPI's may.)
-pub struct MpiChannel {
-    world: Arc<MpiWorld>,
-    /// Ranks of the job, ascending.
-    members: Arc<[i32]>,
-    rank: usize,
-    device: DeviceSpec,
-    /// The tag its communicators are made with (in [`CHANNEL_TAGS`]).
-    tag: i32,
-    /// The tag of its messages (in [`GROUP_TAGS`]).
-    message_tag: i32,
-}
-
-impl std::fmt::Debug for MpiChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MpiChannel")
-            .field("members", &self.members)
-            .field("rank", &self.rank)
-            .finish_non_exhaustive()
-    }
-}
-
-impl MpiChannel {
-    /// `body` on a communicator of the channel's, with the right to call MPI.
-    fn on<T>(&self, body: impl FnOnce(&SimpleCommunicator) -> Result<T>) -> Result<T> {
-        collective(
-            &self.world,
-            Over::Channel {
-                members: &self.members,
-                tag: self.tag,
-            },
-            body,
-        )
-    }
-}
-
-impl Strategy for MpiChannel {
-    fn name(&self) -> String {
-        format!(
-            "mpi(rank {} of channel {:?}, {})",
-            self.rank, self.members, self.device
-        )
-    }
-
-    fn devices(&self) -> Vec<DeviceSpec> {
-        vec![self.device]
-    }
-
-    fn world_size(&self) -> usize {
-        self.members.len()
-    }
-
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn all_reduce(&self, values: &mut [f32], op: ReduceOp) -> Result<()> {
-        self.on(|comm| {
-            all_reduce_on(comm, values, op);
-            Ok(())
-        })
-    }
-
-    fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<()> {
-        check_rank(root, self.members.len(), "broadcast root")?;
-        let patient = self.world.concurrent();
-        self.on(|comm| broadcast_on(comm, bytes, root, patient))
-    }
-
-    fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
-        roll_core::strategy::check_parts(send.len(), self.members.len())?;
-        self.on(|comm| all_to_all_on(comm, send))
-    }
-
-    fn abort(&self, reason: &str) {
-        abort_job(&self.world, reason);
-    }
-}
-
-/// Messages between the members' processes with the channel's own tag.
-impl Messenger for MpiChannel {
-    /// Members are ranks of this channel; the sub-group's collectives run on the world's
-    /// communicator as any group's do.
-    fn subgroup(&self, members: &[usize]) -> Result<Option<Arc<dyn Messenger>>> {
-        roll_core::strategy::check_members(members, self.members.len())?;
-        let of_job: Vec<usize> = members
-            .iter()
-            .map(|&m| usize::try_from(self.members[m]).unwrap_or(usize::MAX))
-            .collect();
-        group_of(&self.world, &of_job, self.device)
-    }
-
-    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
-        check_rank(to, self.members.len(), "message receiver")?;
-        let world = self.world.universe.world();
-        send_tagged(
-            &self.world,
-            &world,
-            self.members[to],
-            self.message_tag,
-            bytes,
-        )
-    }
-
-    fn receive(&self, from: usize, timeout: Duration) -> Result<Option<Vec<u8>>> {
-        check_rank(from, self.members.len(), "message sender")?;
-        let world = self.world.universe.world();
-        receive_tagged(
-            &self.world,
-            &world,
-            self.members[from],
-            self.message_tag,
-            timeout,
-        )
-    }
-
-    /// A channel of the same members, made on the world's communicator.
+    /// A group of the same members whose collectives make communicators with a tag of its own
+    /// (see [`MpiGroup`]).
     fn channel(&self) -> Result<Arc<dyn Messenger>> {
         self.world.channel(&self.members, self.rank, self.device)
     }

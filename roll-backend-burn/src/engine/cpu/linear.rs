@@ -86,9 +86,8 @@ impl Linear {
             super::scratch::recycle(y);
             out
         } else {
-            let weight_t = self
-                .weight_t
-                .get_or_init(|| PackedA::transposed_from(&self.weight));
+            let weight_t =
+                super::pool::made_once(&self.weight_t, || PackedA::transposed_from(&self.weight));
             let x = PackedB::new(MatRef::row_major(xt, self.d_in(), cols));
             let mut out = super::scratch::overwritten(self.d_out() * cols);
             matmul_packed(&mut out, weight_t, &x, Init::Overwrite);

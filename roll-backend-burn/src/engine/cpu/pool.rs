@@ -14,6 +14,20 @@
 //! next step's in another (the 28M step's peak RSS rose from 1.6 to 2.1–2.2 GiB). On one thread,
 //! a step reuses what the step before freed.
 
+/// `cell`'s value, made by `make` the first time it is read — outside the cell's lock. `make`
+/// forks rayon sections (packing a weight), and a pool thread waiting in a `join` takes other
+/// jobs meanwhile: inside `OnceLock::get_or_init` it could take one that reads the same cell and
+/// wait for itself for ever. (Seen: the engine and an asynchronous training step, which share
+/// the CPU decoder's lazily packed weights since the trainer reads the engine's packing; a test
+/// hung in `async_rollout.rs`.) Two threads may both make the value; the first to finish is kept.
+pub(crate) fn made_once<T>(cell: &std::sync::OnceLock<T>, make: impl FnOnce() -> T) -> &T {
+    if let Some(value) = cell.get() {
+        return value;
+    }
+    let value = make();
+    cell.get_or_init(|| value)
+}
+
 /// Runs `work` on the first of rayon's pool threads (in place when the caller is a pool thread)
 /// and returns its result; the other pool threads are free to take its parallel sections.
 ///
@@ -39,7 +53,7 @@ pub(crate) fn as_one_job<R: Send>(waits_on_peers: bool, work: impl FnOnce() -> R
 
 #[cfg(test)]
 mod tests {
-    use super::as_one_job;
+    use super::{as_one_job, made_once};
 
     #[test]
     fn work_runs_on_the_first_pool_thread_unless_it_waits_on_peers() {
@@ -71,5 +85,21 @@ mod tests {
         });
         assert!(outer.is_some());
         assert_eq!(outer, inner);
+    }
+
+    #[test]
+    fn a_value_made_once_may_be_read_while_it_is_being_made() {
+        // What a pool thread does when, packing a weight, it takes a job that reads the same
+        // weight: the read inside the making. Inside `OnceLock::get_or_init` this waits for
+        // itself (std: "the current implementation deadlocks"); a timeout tells that apart.
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let cell = std::sync::OnceLock::new();
+            let value = *made_once(&cell, || made_once(&cell, || 2) + 1);
+            let _ = done.send((value, *made_once(&cell, || 7)));
+        });
+        let got = result.recv_timeout(std::time::Duration::from_secs(20));
+        // The inner read made and kept its value first; later reads see it.
+        assert_eq!(got, Ok((2, 2)));
     }
 }

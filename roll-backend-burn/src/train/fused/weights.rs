@@ -57,9 +57,9 @@ impl Projection {
     /// them. Each element is the chain of [`Projection::input_grad`]'s, its factors swapped.
     pub(crate) fn input_grad_t(&self, dy: OutputGrad<'_>) -> Vec<f32> {
         self.sum_over_parts(dy, |m, dy| {
-            let w = m
-                .weight
-                .get_or_init(|| PackedA::transposed_from(&m.weight_t));
+            let w = crate::engine::cpu::pool::made_once(&m.weight, || {
+                PackedA::transposed_from(&m.weight_t)
+            });
             let dy_t = PackedB::new(dy.t());
             let mut dx_t = crate::engine::cpu::scratch::overwritten(w.m() * dy.rows());
             mm::matmul_packed(&mut dx_t, w, &dy_t, Init::Overwrite);
