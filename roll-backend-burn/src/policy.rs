@@ -334,10 +334,12 @@ fn poisoned() -> BackendError {
 }
 
 /// The weights scoring reads: the latest synced model in its served layouts and, for a critic,
-/// its value head. Replaced as a whole after each step, so a score never mixes two versions.
+/// its value head, with their weight version. Replaced as a whole after each step, so a score
+/// never mixes two versions.
 struct Snapshot {
     served: ServedWeights,
     head: Option<ValueHead>,
+    version: WeightVersion,
 }
 
 impl Snapshot {
@@ -404,17 +406,23 @@ struct Scoring {
 }
 
 impl Scoring {
+    /// Scoring of `model` (and `head`) as weight version `version`.
     fn new(
         model: CausalLm,
         head: Option<ValueHead>,
         kind: DecoderKind,
         device: Device,
         options: ScoringOptions,
+        version: WeightVersion,
     ) -> Result<Self> {
         let served = ServedWeights::new(model, kind)?;
         Ok(Self {
             device,
-            snapshot: RwLock::new(Arc::new(Snapshot { served, head })),
+            snapshot: RwLock::new(Arc::new(Snapshot {
+                served,
+                head,
+                version,
+            })),
             options,
             training_on_decoder: false,
         })
@@ -469,11 +477,8 @@ struct ActorInner {
     /// Where the engine serves this rank's block of experts, stepping with the copy's other
     /// ranks' ([`ModelParts::generates`]): the channel they step over; the engine syncs from
     /// the trainer's own part after each step. Scoring reads the whole model, gathered when
-    /// something scores.
+    /// something scores (its snapshot falls a version behind the engine until then).
     engines: Option<Arc<dyn Strategy>>,
-    /// The engine's weight version scoring's snapshot holds (with `engines`, it falls behind
-    /// until something scores).
-    scored: Mutex<WeightVersion>,
 }
 
 impl std::fmt::Debug for BurnPolicy {
@@ -542,19 +547,19 @@ impl BurnPolicy {
             _ => None,
         };
         let (model, device, kind) = placed(trainer.whole_model()?, &options)?;
-        let served = match &engines {
-            Some(channel) => trainer.first().served_part(channel)?,
-            None => model.clone(),
+        let part = match &engines {
+            Some(channel) => Some(trainer.first().served_part(channel)?),
+            None => None,
         };
         let engine = Engine::with_decoder(
             kind,
-            &served,
+            part.as_ref().unwrap_or(&model),
             &device,
             options.engine.clone(),
             Some(tokenizer),
         )?;
-        drop(served);
-        let mut scoring = Scoring::new(model, None, kind, device, options.scoring)?;
+        let version = WeightVersion(options.engine.start_version);
+        let mut scoring = Scoring::new(model, None, kind, device, options.scoring, version)?;
         scoring.training_on_decoder = trainer.first().kernels() == TrainKernels::Auto;
         let scoring = Arc::new(scoring);
         Ok(Self {
@@ -565,7 +570,6 @@ impl BurnPolicy {
                 trainer: Mutex::new(trainer),
                 gap_probe_tokens: options.gap_probe_tokens,
                 engines,
-                scored: Mutex::new(WeightVersion(options.engine.start_version)),
             }),
         })
     }
@@ -602,15 +606,17 @@ impl BurnPolicy {
     fn snapshot_of(&self, trainer: &DataParallel<Trainer>) -> Result<Arc<Snapshot>> {
         let inner = &self.inner;
         let version = inner.engine.weight_version();
-        let mut scored = inner.scored.lock().map_err(|_| poisoned())?;
-        if *scored == version {
-            return inner.scoring.current();
+        let current = inner.scoring.current()?;
+        if current.version == version {
+            return Ok(current);
         }
         let whole = trainer.whole_model()?.to_device(&inner.scoring.device);
         let served = ServedWeights::new(whole, inner.kind)?;
-        let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
-        *scored = version;
-        Ok(snapshot)
+        inner.scoring.replace(Snapshot {
+            served,
+            head: None,
+            version,
+        })
     }
 
     /// Exports the weights new generations use as a HuggingFace directory next to everything
@@ -688,7 +694,11 @@ impl BurnPolicy {
                         trainer.first().offer_packed(generation, decoder.clone());
                     }
                     let version = inner.engine.sync_served_blocking(&served)?;
-                    let snapshot = inner.scoring.replace(Snapshot { served, head: None })?;
+                    let snapshot = inner.scoring.replace(Snapshot {
+                        served,
+                        head: None,
+                        version,
+                    })?;
                     metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
                     (version, Some(snapshot))
                 }
@@ -847,6 +857,7 @@ impl BurnCritic {
             DecoderKind::Burn,
             device,
             options.scoring,
+            WeightVersion(options.engine.start_version),
         )?;
         Ok(Self {
             inner: Arc::new(CriticInner {
@@ -879,12 +890,15 @@ impl BurnCritic {
             let (trunk, head) = trainer.first().inference_model()?;
             drop(trainer);
             let served = ServedWeights::new(trunk, DecoderKind::Burn)?;
+            let version = WeightVersion(inner.version.load(Ordering::Acquire) + 1);
             inner.scoring.replace(Snapshot {
                 served,
                 head: Some(head),
+                version,
             })?;
             metrics.insert("time/weight_sync_s".into(), started.elapsed().as_secs_f64());
-            WeightVersion(inner.version.fetch_add(1, Ordering::AcqRel) + 1)
+            inner.version.store(version.0, Ordering::Release);
+            version
         } else {
             WeightVersion(inner.version.load(Ordering::Acquire))
         };
@@ -938,7 +952,14 @@ impl BurnReference {
     pub fn new(model: CausalLm, options: PolicyOptions) -> Result<Self> {
         let (model, device, kind) = placed(model, &options)?;
         Ok(Self {
-            scoring: Arc::new(Scoring::new(model, None, kind, device, options.scoring)?),
+            scoring: Arc::new(Scoring::new(
+                model,
+                None,
+                kind,
+                device,
+                options.scoring,
+                WeightVersion(options.engine.start_version),
+            )?),
         })
     }
 }
@@ -977,10 +998,18 @@ impl BurnFrozen {
         options: PolicyOptions,
     ) -> Result<Self> {
         let (model, device, kind) = placed(model, &options)?;
+        let version = WeightVersion(options.engine.start_version);
         let engine = Engine::with_decoder(kind, &model, &device, options.engine, Some(tokenizer))?;
         Ok(Self {
             engine: Arc::new(engine),
-            scoring: Arc::new(Scoring::new(model, None, kind, device, options.scoring)?),
+            scoring: Arc::new(Scoring::new(
+                model,
+                None,
+                kind,
+                device,
+                options.scoring,
+                version,
+            )?),
         })
     }
 

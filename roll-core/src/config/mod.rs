@@ -98,6 +98,7 @@ pub use sft::SftSection;
 pub use train::{LrSchedule, Optimizer, TrainConfig};
 
 use crate::{Error, Result};
+use check::Checker;
 
 /// The whole configuration of a run. Only `model.source` is required; every other key has a
 /// documented default. Build it with [`ConfigLoader`], [`Config::from_file`] or
@@ -248,16 +249,28 @@ impl Config {
         if let Some(sft) = &self.sft {
             sft.validate()?;
         }
-        self.validate_colocated_experts()?;
+        self.validate_rollout_experts()?;
         self.validate_pipeline()
     }
 
-    /// Colocated `rollout.expert_parallel` divides the experts as the trainers do: each engine
-    /// serves its own trainer's block.
-    fn validate_colocated_experts(&self) -> Result<()> {
+    /// `rollout.expert_parallel` divides the rollout ranks into groups; colocated, it divides
+    /// the experts as the trainers do (each engine serves its own trainer's block).
+    fn validate_rollout_experts(&self) -> Result<()> {
         let (rollout, model) = (&self.rollout, &self.model);
-        if rollout.ranks > 0 || rollout.expert_parallel == 1 {
+        if rollout.expert_parallel == 1 {
             return Ok(());
+        }
+        if rollout.ranks > 0 {
+            return Checker::new("rollout").require(
+                rollout.ranks.is_multiple_of(rollout.expert_parallel),
+                "expert_parallel",
+                rollout.expert_parallel,
+                &format!(
+                    "1, or a divisor of rollout.ranks ({}): the experts are divided among groups \
+                     of that many rollout ranks",
+                    rollout.ranks
+                ),
+            );
         }
         let divided_alike = model.expert_parallel == rollout.expert_parallel
             && model.tensor_parallel == 1

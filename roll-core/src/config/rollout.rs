@@ -97,18 +97,7 @@ impl RolloutConfig {
         c.at_least("max_new_tokens", self.max_new_tokens.into(), 1)?;
         c.at_least("max_running_requests", self.max_running_requests.into(), 1)?;
         c.at_least("expert_parallel", self.expert_parallel.into(), 1)?;
-        c.require(
-            self.expert_parallel == 1
-                || self.ranks == 0
-                || self.ranks.is_multiple_of(self.expert_parallel),
-            "expert_parallel",
-            self.expert_parallel,
-            &format!(
-                "1, or a divisor of rollout.ranks ({}): the experts are divided among groups of \
-                 that many rollout ranks",
-                self.ranks
-            ),
-        )?;
+        // How it divides the ranks: `Config::validate_rollout_experts`, beside `[model]`.
         self.sampling.validate()
     }
 }
